@@ -21,7 +21,9 @@ pub fn parse(input: &str) -> Result<Duration, String> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .ok_or_else(|| format!("duration {input:?} is missing a unit (s, m, h, ms)"))?;
         if num_len == 0 {
-            return Err(format!("duration {input:?} is not a number followed by a unit"));
+            return Err(format!(
+                "duration {input:?} is not a number followed by a unit"
+            ));
         }
         let value: f64 = rest[..num_len]
             .parse()

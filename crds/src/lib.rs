@@ -6,7 +6,10 @@
 pub mod analysis;
 pub mod duration;
 pub mod experiment;
+pub mod field_error;
 pub mod rollout;
+
+pub use field_error::FieldError;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
