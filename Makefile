@@ -1,0 +1,44 @@
+# The README's two commands are `make demo` and `make test`; CI runs `.ci/run`, which calls `make test`.
+CARGO ?= cargo
+
+.PHONY: all build test lint fmt crds crds-check demo sim bench
+
+all: build
+
+build:
+	$(CARGO) build --workspace --all-targets
+
+## Run the whole test suite (unit, simulator, kubectl and CRD drift tests).
+test:
+	$(CARGO) test --workspace --no-fail-fast
+
+## Formatting and clippy, warnings denied.
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+## Regenerate crds/yaml/ from the Rust types (commit the result).
+crds:
+	$(CARGO) run -q -p rollouts-crds --bin crdgen
+
+## Fail if crds/yaml/ differs from what the types generate.
+crds-check: crds
+	git diff --exit-code -- crds/yaml
+
+## Start kube-sim on a loopback port with our CRDs; kubeconfig in target/kube-sim.kubeconfig.
+sim:
+	$(CARGO) run -q -p rollouts-e2e --bin kube-sim -- --listen 127.0.0.1:0 \
+		--kubeconfig target/kube-sim.kubeconfig --crds crds/yaml
+
+## Benchmarks print their figures.
+bench:
+	$(CARGO) bench --workspace
+
+demo:
+	@echo "make demo: not yet. The demo (a good canary promoted, a bad one rolled back, on the"
+	@echo "embedded simulator) arrives with the end-to-end work. Today you can run 'make sim'"
+	@echo "and drive the simulator with kubectl (see README)."
+	@exit 1
