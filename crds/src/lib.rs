@@ -4,10 +4,14 @@
 //! Each module that defines kinds exposes `crds()`; [`all_crds`] is what `crdgen` writes.
 
 pub mod analysis;
+pub mod conditions;
+pub mod crdgen;
+pub mod defaults;
 pub mod duration;
 pub mod experiment;
 pub mod field_error;
 pub mod rollout;
+pub mod validation;
 
 pub use field_error::FieldError;
 
