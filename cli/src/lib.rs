@@ -1,1 +1,44 @@
-//! placeholder
+//! `kubectl rollouts`: the kubectl plugin for Rollouts.
+//!
+//! Each verb lives in its own module under [`verbs`] and is split in two: a pure function that
+//! decides which [`patch::PatchRequest`]s to send (unit-tested on exact JSON), and a thin async
+//! function that sends them through [`cluster::Cluster`] and prints what it did.
+
+pub mod args;
+pub mod cluster;
+pub mod error;
+pub mod patch;
+pub mod verbs;
+
+use std::process::ExitCode;
+
+use args::{Cli, Command};
+use cluster::Cluster;
+use error::Result;
+
+/// Runs one command line; the exit code is non-zero when lint found errors. Verbs that talk to
+/// a cluster connect first; lint, version and completion never do.
+pub async fn run(cli: Cli) -> Result<ExitCode> {
+    let flags = &cli.kube;
+    match cli.command {
+        Command::Lint(args) => return verbs::lint::run(&args),
+        Command::Version(args) => verbs::version::run(&args)?,
+        Command::Completion(args) => verbs::completion::run(&args)?,
+        Command::Promote(args) => {
+            verbs::promote::run(&Cluster::connect(flags).await?, &args).await?
+        }
+        Command::Abort(args) => verbs::abort::run(&Cluster::connect(flags).await?, &args).await?,
+        Command::Retry(kind) => verbs::retry::run(&Cluster::connect(flags).await?, &kind).await?,
+        Command::Pause(args) => verbs::pause::run(&Cluster::connect(flags).await?, &args).await?,
+        Command::Resume(args) => verbs::resume::run(&Cluster::connect(flags).await?, &args).await?,
+        Command::Restart(args) => {
+            verbs::restart::run(&Cluster::connect(flags).await?, &args).await?
+        }
+        Command::Set(kind) => verbs::set_image::run(&Cluster::connect(flags).await?, &kind).await?,
+        Command::Undo(args) => verbs::undo::run(&Cluster::connect(flags).await?, &args).await?,
+        Command::Terminate(kind) => {
+            verbs::terminate::run(&Cluster::connect(flags).await?, &kind).await?
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
