@@ -1,0 +1,1224 @@
+//! The canary step machine for a canary without a traffic router: the canary weight is
+//! approximated by replica counts, services select the canary and stable revisions.
+//!
+//! Rollouts this module does not plan yet (blue-green, a canary with `trafficRouting`) get
+//! [`Plan`]s that change nothing.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use rollouts_crds::FieldError;
+use rollouts_crds::analysis::AnalysisPhase;
+use rollouts_crds::conditions::*;
+use rollouts_crds::rollout::{
+    CanaryStep, CanaryStrategy, PauseCondition, ProgressType, ReplicaProgressThreshold, Rollout,
+    RolloutAnalysisRunStatus, RolloutCondition, RolloutStatus, SCALE_DOWN_DEADLINE_ANNOTATION_KEY,
+    TrafficWeights, WeightDestination,
+};
+
+use super::hash::pod_template_hash_of_value;
+use super::replicas::{
+    BasicCanaryInputs, CanaryStableCounts, Fenceposts, MAX_WEIGHT, ReplicaSetCount, actual_weight,
+    calculate_replica_counts_for_canary,
+};
+use super::status::{deadline_of, is_healthy, made_progress, phase, timed_out};
+use super::validation::{ValidSpec, validate};
+use super::{
+    AnalysisRunToCreate, CanaryWeight, Event, EventType, NewReplicaSet, Observed,
+    ObservedAnalysisRun, ObservedReplicaSet, Plan, ReplicaSetScale, ServiceSelector,
+};
+
+/// Plans the next move of `rollout` from what was `observed`, at `now`.
+pub fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
+    let Some(canary) = rollout.spec.strategy.canary.as_ref() else {
+        return Plan::unchanged(rollout);
+    };
+    if canary.traffic_routing.is_some() {
+        return Plan::unchanged(rollout);
+    }
+    match validate(rollout, canary) {
+        Ok(valid) => Planner::new(rollout, canary, valid, observed, now).run(),
+        Err(error) => invalid_spec(rollout, &error, now),
+    }
+}
+
+/// Hash of the canary steps (`status.currentStepHash`): a change restarts the steps.
+pub fn steps_hash(steps: &[CanaryStep]) -> String {
+    let encoded = serde_json::to_value(steps).unwrap_or_default();
+    pod_template_hash_of_value(&serde_json::json!({ "steps": encoded }), None)
+}
+
+/// Sets `InvalidSpec` and touches nothing running.
+fn invalid_spec(rollout: &Rollout, error: &FieldError, now: Timestamp) -> Plan {
+    let mut plan = Plan::unchanged(rollout);
+    let previous = plan.status.clone();
+    let message = error.to_string();
+    let condition = RolloutCondition::new(
+        INVALID_SPEC,
+        STATUS_TRUE,
+        INVALID_SPEC_REASON,
+        message.clone(),
+        Time(now),
+    );
+    let replaced = previous
+        .condition(INVALID_SPEC)
+        .is_some_and(|current| current.message != message);
+    if replaced {
+        plan.status.remove_condition(INVALID_SPEC);
+    }
+    if plan.status.set_condition(condition) {
+        plan.events.push(Event {
+            type_: EventType::Warning,
+            reason: INVALID_SPEC_REASON.into(),
+            message,
+        });
+    }
+    plan.status.observed_generation = generation_string(rollout);
+    (plan.status.phase, plan.status.message) = phase(&rollout.spec, &plan.status);
+    plan.status_changed = plan.status != previous;
+    plan
+}
+
+fn generation_string(rollout: &Rollout) -> String {
+    rollout.metadata.generation.unwrap_or_default().to_string()
+}
+
+/// Pause and abort decisions taken during one plan, applied to status at the end.
+#[derive(Default)]
+struct PauseDecisions {
+    add: Vec<&'static str>,
+    remove: Vec<&'static str>,
+    clear: bool,
+    add_abort: Option<String>,
+    remove_abort: bool,
+}
+
+struct Planner<'a> {
+    rollout: &'a Rollout,
+    canary: &'a CanaryStrategy,
+    observed: &'a Observed,
+    now: Timestamp,
+    fenceposts: Fenceposts,
+    pause_durations: Vec<Option<Duration>>,
+    spec_replicas: i32,
+    step_count: i32,
+    current_hash: String,
+    /// The status as this plan reads it: the previous one, restarted for a new template or
+    /// new steps.
+    base: RolloutStatus,
+    new_rs: Option<&'a ObservedReplicaSet>,
+    stable_rs: Option<&'a ObservedReplicaSet>,
+    others: Vec<&'a ObservedReplicaSet>,
+    pause: PauseDecisions,
+    events: Vec<Event>,
+    requeue: Option<Duration>,
+    /// A ReplicaSet of another template already has the new ReplicaSet's name.
+    name_collision: bool,
+}
+
+impl<'a> Planner<'a> {
+    fn new(
+        rollout: &'a Rollout,
+        canary: &'a CanaryStrategy,
+        valid: ValidSpec,
+        observed: &'a Observed,
+        now: Timestamp,
+    ) -> Self {
+        let previous = rollout.status.clone().unwrap_or_default();
+        let current_hash = pod_template_hash_of_value(&valid.template, previous.collision_count);
+        let new_rs = observed
+            .replica_sets
+            .iter()
+            .find(|rs| rs.pod_template_hash == current_hash);
+        let stable_rs = observed.replica_sets.iter().find(|rs| {
+            !previous.stable_rs.is_empty() && rs.pod_template_hash == previous.stable_rs
+        });
+        let others = observed
+            .replica_sets
+            .iter()
+            .filter(|rs| {
+                rs.pod_template_hash != current_hash && rs.pod_template_hash != previous.stable_rs
+            })
+            .collect();
+        Self {
+            rollout,
+            canary,
+            observed,
+            now,
+            fenceposts: valid.fenceposts,
+            pause_durations: valid.pause_durations,
+            spec_replicas: rollout.spec.effective_replicas(),
+            step_count: canary.steps().len() as i32,
+            current_hash,
+            base: previous,
+            new_rs,
+            stable_rs,
+            others,
+            pause: PauseDecisions::default(),
+            events: Vec::new(),
+            requeue: None,
+            name_collision: false,
+        }
+    }
+
+    fn previous(&self) -> RolloutStatus {
+        self.rollout.status.clone().unwrap_or_default()
+    }
+
+    fn run(mut self) -> Plan {
+        self.restart_on_change();
+        let mut plan = Plan::unchanged(self.rollout);
+        let mut next = self.base.clone();
+
+        self.reconcile_step_analysis(&mut plan, &mut next);
+        let counts = self.desired_counts();
+        self.reconcile_replica_sets(&mut plan, counts);
+        let scaling = plan.create_replica_set.is_some() || !plan.scale_replica_sets.is_empty();
+        if !scaling {
+            self.reconcile_pause_step();
+        }
+        self.advance_steps(&mut next, counts);
+        self.counts_into(&mut next);
+        if self.name_collision {
+            next.collision_count = Some(self.base.collision_count.unwrap_or(0) + 1);
+        }
+        self.progress_deadline_abort(&next);
+        self.apply_pause_decisions(&mut next);
+        self.set_conditions(&mut next);
+        next.observed_generation = generation_string(self.rollout);
+        (next.phase, next.message) = phase(&self.rollout.spec, &next);
+
+        plan.service_selectors = self.service_selectors(&next);
+        plan.canary_weight = self.canary_weight();
+        next.canary.weights = Some(self.weights(&next, plan.canary_weight));
+        self.requeue_for_progress_deadline(&next);
+        plan.status_changed = Some(&next) != self.rollout.status.as_ref();
+        plan.status = next;
+        plan.events = self.events;
+        plan.requeue_after = self.requeue;
+        plan
+    }
+
+    fn event(&mut self, type_: EventType, reason: &str, message: String) {
+        self.events.push(Event {
+            type_,
+            reason: reason.into(),
+            message,
+        });
+    }
+
+    fn requeue_in(&mut self, after: Duration) {
+        self.requeue = Some(self.requeue.map_or(after, |current| current.min(after)));
+    }
+
+    fn requeue_at(&mut self, at: Timestamp) {
+        let remaining = at.duration_since(self.now);
+        let after = if remaining.is_negative() {
+            Duration::ZERO
+        } else {
+            remaining.unsigned_abs()
+        };
+        self.requeue_in(after);
+    }
+
+    /// A new pod template or new steps start the steps again; going back to the stable
+    /// template skips them (fast rollback).
+    fn restart_on_change(&mut self) {
+        let steps_hash = steps_hash(self.canary.steps());
+        let previous_hash = self.base.current_pod_hash.clone();
+        let template_changed = !previous_hash.is_empty() && previous_hash != self.current_hash;
+        let steps_changed = self.base.current_step_hash != steps_hash;
+        if template_changed || steps_changed {
+            let base = &mut self.base;
+            base.pause_conditions.clear();
+            base.controller_pause = false;
+            base.abort = false;
+            base.aborted_at = None;
+            base.promote_full = false;
+            base.canary.current_step_analysis_run_status = None;
+            base.canary.current_background_analysis_run_status = None;
+            base.current_step_index = (self.step_count > 0).then_some(0);
+            if template_changed && self.step_count > 0 && base.stable_rs == self.current_hash {
+                base.current_step_index = Some(self.step_count);
+                self.event(
+                    EventType::Normal,
+                    "SkipSteps",
+                    "Rollback to stable ReplicaSets".into(),
+                );
+            }
+        }
+        self.base.current_pod_hash = self.current_hash.clone();
+        self.base.current_step_hash = steps_hash;
+        if self.base.promote_full && self.base.stable_rs == self.current_hash {
+            self.base.promote_full = false;
+        }
+        if self.base.promote_full {
+            self.pause.clear = true;
+            self.pause.remove_abort = true;
+            if self.step_count > 0 {
+                self.base.current_step_index = Some(self.step_count);
+            }
+        }
+    }
+
+    fn is_aborted(&self) -> bool {
+        !self.pause.remove_abort && (self.pause.add_abort.is_some() || self.base.abort)
+    }
+
+    fn initial_deploy(&self) -> bool {
+        self.stable_rs.is_none()
+    }
+
+    fn fully_promoted(&self) -> bool {
+        !self.base.stable_rs.is_empty() && self.base.stable_rs == self.current_hash
+    }
+
+    fn step_index(&self) -> i32 {
+        self.base.current_step_index.unwrap_or(0)
+    }
+
+    fn current_step(&self) -> Option<&'a CanaryStep> {
+        usize::try_from(self.step_index())
+            .ok()
+            .and_then(|index| self.canary.steps().get(index))
+    }
+
+    fn pause_condition(&self, reason: &str) -> Option<&PauseCondition> {
+        self.base
+            .pause_conditions
+            .iter()
+            .find(|condition| condition.reason == reason)
+    }
+
+    /// A person cleared the pause conditions the controller had set.
+    fn resumed_by_person(&self) -> bool {
+        self.base.controller_pause
+            && self
+                .pause_condition(PAUSE_REASON_CANARY_PAUSE_STEP)
+                .is_none()
+    }
+
+    fn revision(&self) -> i64 {
+        match self.new_rs {
+            Some(rs) => rs.revision().unwrap_or_default(),
+            None => self.next_revision(),
+        }
+    }
+
+    fn next_revision(&self) -> i64 {
+        self.observed
+            .replica_sets
+            .iter()
+            .filter_map(ObservedReplicaSet::revision)
+            .max()
+            .unwrap_or_default()
+            + 1
+    }
+
+    fn new_rs_name(&self) -> String {
+        match self.new_rs {
+            Some(rs) => rs.name.clone(),
+            None => format!("{}-{}", self.rollout_name(), self.current_hash),
+        }
+    }
+
+    fn rollout_name(&self) -> &str {
+        self.rollout.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// The run of the current analysis step: an in-flight run wins (it may have been created
+    /// just before a restart), then the one status points at.
+    fn current_step_run(&self, index: i32) -> Option<&'a ObservedAnalysisRun> {
+        let of_step = |run: &&ObservedAnalysisRun| {
+            run.step_index == Some(index) && run.pod_template_hash == self.current_hash
+        };
+        let in_flight = self
+            .observed
+            .analysis_runs
+            .iter()
+            .filter(of_step)
+            .filter(|run| !run.phase.is_completed() && !run.terminating)
+            .max_by_key(|run| run.created);
+        let pointed = self
+            .base
+            .canary
+            .current_step_analysis_run_status
+            .as_ref()
+            .and_then(|pointer| {
+                self.observed
+                    .analysis_runs
+                    .iter()
+                    .filter(of_step)
+                    .find(|run| run.name == pointer.name)
+            });
+        in_flight.or(pointed)
+    }
+
+    fn reconcile_step_analysis(&mut self, plan: &mut Plan, next: &mut RolloutStatus) {
+        let cancel_all = self.fully_promoted()
+            || self.is_aborted()
+            || self.base.promote_full
+            || self.initial_deploy();
+        let index = self.step_index();
+        let mut current: Option<String> = None;
+        if cancel_all {
+            next.canary.current_step_analysis_run_status = None;
+        } else if let Some(analysis) = self.current_step().and_then(|step| step.analysis.as_ref()) {
+            let run = self.current_step_run(index);
+            let paused_or_aborted = !self.base.pause_conditions.is_empty() || self.base.abort;
+            let needs_new = match run {
+                None => true,
+                Some(run) => self.resumed_by_person() && run.phase == AnalysisPhase::Inconclusive,
+            };
+            if paused_or_aborted {
+                current = run.map(|run| run.name.clone());
+            } else if needs_new {
+                let name = self.new_run_name(index);
+                plan.create_analysis_runs.push(AnalysisRunToCreate {
+                    name: name.clone(),
+                    step_index: index,
+                    pod_template_hash: self.current_hash.clone(),
+                    stable_pod_template_hash: self.base.stable_rs.clone(),
+                    analysis: analysis.clone(),
+                });
+                next.canary.current_step_analysis_run_status = Some(RolloutAnalysisRunStatus {
+                    name: name.clone(),
+                    status: phase_name(AnalysisPhase::Pending).into(),
+                    message: String::new(),
+                });
+                current = Some(name);
+            } else if let Some(run) = run {
+                self.record_run_phase(next, run);
+                match run.phase {
+                    AnalysisPhase::Inconclusive => {
+                        self.pause.add.push(PAUSE_REASON_INCONCLUSIVE_ANALYSIS)
+                    }
+                    AnalysisPhase::Failed | AnalysisPhase::Error => {
+                        let mut message = String::from("Step-based analysis phase error/failed");
+                        if !run.message.is_empty() {
+                            message = format!("{message}: {}", run.message);
+                        }
+                        self.pause.add_abort = Some(message);
+                    }
+                    _ => {}
+                }
+                current = Some(run.name.clone());
+            }
+        } else {
+            next.canary.current_step_analysis_run_status = None;
+        }
+        plan.terminate_analysis_runs = self
+            .observed
+            .analysis_runs
+            .iter()
+            .filter(|run| run.step_index.is_some())
+            .filter(|run| !run.phase.is_completed() && !run.terminating)
+            .filter(|run| current.as_deref() != Some(run.name.as_str()))
+            .map(|run| run.name.clone())
+            .collect();
+    }
+
+    /// Keeps `status.canary.currentStepAnalysisRunStatus` in step with the run, with an event
+    /// when its phase changes.
+    fn record_run_phase(&mut self, next: &mut RolloutStatus, run: &ObservedAnalysisRun) {
+        let phase = phase_name(run.phase);
+        let previous = self
+            .base
+            .canary
+            .current_step_analysis_run_status
+            .as_ref()
+            .filter(|pointer| pointer.name == run.name)
+            .map(|pointer| pointer.status.clone())
+            .unwrap_or_default();
+        if previous != phase {
+            let type_ = match run.phase {
+                AnalysisPhase::Failed | AnalysisPhase::Error => EventType::Warning,
+                _ => EventType::Normal,
+            };
+            self.event(
+                type_,
+                &format!("AnalysisRun{phase}"),
+                format!(
+                    "Step Analysis Run '{}' Status New: '{phase}' Previous: '{previous}'",
+                    run.name
+                ),
+            );
+        }
+        next.canary.current_step_analysis_run_status = Some(RolloutAnalysisRunStatus {
+            name: run.name.clone(),
+            status: phase.into(),
+            message: run.message.clone(),
+        });
+    }
+
+    /// `<rollout>-<hash>-<revision>-<step>`, with `.N` appended while the name is taken.
+    fn new_run_name(&self, index: i32) -> String {
+        let base = format!(
+            "{}-{}-{}-{index}",
+            self.rollout_name(),
+            self.current_hash,
+            self.revision()
+        );
+        let taken = |name: &str| {
+            self.observed
+                .analysis_runs
+                .iter()
+                .any(|run| run.name == name)
+        };
+        if !taken(&base) {
+            return base;
+        }
+        (1..)
+            .map(|attempt| format!("{base}.{attempt}"))
+            .find(|name| !taken(name))
+            .unwrap_or(base)
+    }
+
+    /// The canary weight the steps ask for now.
+    fn desired_weight(&self) -> i32 {
+        if self.base.promote_full || self.initial_deploy() || self.fully_promoted() {
+            return MAX_WEIGHT;
+        }
+        if self.is_aborted() {
+            return 0;
+        }
+        let steps = self.canary.steps();
+        let index = self.step_index();
+        if index >= self.step_count {
+            return MAX_WEIGHT;
+        }
+        steps[..=index.max(0) as usize]
+            .iter()
+            .rev()
+            .find_map(|step| step.set_weight)
+            .unwrap_or(0)
+    }
+
+    fn distinct_stable(&self) -> Option<&'a ObservedReplicaSet> {
+        self.stable_rs
+            .filter(|stable| stable.pod_template_hash != self.current_hash)
+    }
+
+    fn desired_counts(&self) -> CanaryStableCounts {
+        let count = |rs: &ObservedReplicaSet| ReplicaSetCount {
+            replicas: rs.replicas,
+            available: rs.available_replicas,
+        };
+        calculate_replica_counts_for_canary(BasicCanaryInputs {
+            spec_replicas: self.spec_replicas,
+            desired_weight: self.desired_weight(),
+            fenceposts: self.fenceposts,
+            canary: Some(self.new_rs.map(count).unwrap_or_default()),
+            stable: self.distinct_stable().map(count),
+            older_replicas: self.others.iter().map(|rs| rs.replicas).sum(),
+        })
+    }
+
+    /// `spec.paused` and an inconclusive analysis freeze the existing ReplicaSets' scale.
+    fn halted(&self) -> bool {
+        self.rollout.spec.is_paused()
+            || self
+                .pause_condition(PAUSE_REASON_INCONCLUSIVE_ANALYSIS)
+                .is_some()
+    }
+
+    fn reconcile_replica_sets(&mut self, plan: &mut Plan, counts: CanaryStableCounts) {
+        self.clean_up_history(plan);
+        if let Some(stable) = self.distinct_stable()
+            && stable.replicas != counts.stable
+            && !self.halted()
+        {
+            self.scale(plan, stable, counts.stable);
+        }
+        match self.new_rs {
+            None => {
+                let revision = self.next_revision();
+                let name = self.new_rs_name();
+                if self.observed.replica_sets.iter().any(|rs| rs.name == name) {
+                    // Someone else's ReplicaSet has our name: salt the hash and try again.
+                    self.name_collision = true;
+                    self.requeue_in(Duration::ZERO);
+                    return;
+                }
+                self.event(
+                    EventType::Normal,
+                    NEW_REPLICA_SET_REASON,
+                    format!("Created ReplicaSet {name} (revision {revision})"),
+                );
+                plan.create_replica_set = Some(NewReplicaSet {
+                    name,
+                    pod_template_hash: self.current_hash.clone(),
+                    replicas: counts.canary,
+                    revision,
+                });
+            }
+            Some(new_rs) if new_rs.replicas != counts.canary && !self.halted() => {
+                self.scale(plan, new_rs, counts.canary)
+            }
+            Some(_) => {}
+        }
+        let scaling = plan.create_replica_set.is_some() || !plan.scale_replica_sets.is_empty();
+        if !scaling && !self.halted() {
+            self.scale_down_others(plan);
+        }
+    }
+
+    fn scale(&mut self, plan: &mut Plan, rs: &ObservedReplicaSet, to: i32) {
+        let direction = if to > rs.replicas { "up" } else { "down" };
+        self.event(
+            EventType::Normal,
+            SCALING_REPLICA_SET_REASON,
+            format!(
+                "Scaled {direction} ReplicaSet {} (revision {}) from {} to {to}",
+                rs.name,
+                rs.revision().unwrap_or_default(),
+                rs.replicas
+            ),
+        );
+        plan.scale_replica_sets.push(ReplicaSetScale {
+            name: rs.name.clone(),
+            from: rs.replicas,
+            to,
+        });
+    }
+
+    fn scale_down_deadline(&self, rs: &ObservedReplicaSet) -> Option<Timestamp> {
+        rs.annotations
+            .get(SCALE_DOWN_DEADLINE_ANNOTATION_KEY)
+            .filter(|value| !value.is_empty())
+            .and_then(|value| value.parse().ok())
+    }
+
+    /// Older ReplicaSets serve traffic in a basic canary, so they all go to zero: unavailable
+    /// pods first, then as many available ones as maxUnavailable allows, newest revision first.
+    /// One with a `scale-down-deadline` still ahead is kept until then.
+    fn scale_down_others(&mut self, plan: &mut Plan) {
+        let available: i32 = self
+            .observed
+            .replica_sets
+            .iter()
+            .map(|rs| rs.available_replicas)
+            .sum();
+        let min_available = self.spec_replicas - self.fenceposts.max_unavailable;
+        let mut budget = available - min_available;
+        let mut others = self.others.clone();
+        others.sort_by_key(|rs| std::cmp::Reverse((rs.revision().unwrap_or_default(), rs.created)));
+        for rs in others {
+            if let Some(deadline) = self.scale_down_deadline(rs) {
+                if deadline > self.now {
+                    self.requeue_at(deadline);
+                    continue;
+                }
+                if rs.replicas == 0 {
+                    plan.clear_scale_down_deadlines.push(rs.name.clone());
+                    continue;
+                }
+            }
+            if rs.replicas == 0 {
+                continue;
+            }
+            let unavailable = (rs.replicas - rs.available_replicas).max(0);
+            let removable = unavailable + budget.max(0);
+            let target = (rs.replicas - removable).max(0);
+            if target == rs.replicas {
+                continue;
+            }
+            budget -= (rs.replicas - target - unavailable).max(0);
+            self.scale(plan, rs, target);
+        }
+    }
+
+    /// Deletes the oldest empty ReplicaSets beyond `revisionHistoryLimit`.
+    fn clean_up_history(&self, plan: &mut Plan) {
+        let limit =
+            usize::try_from(self.rollout.spec.effective_revision_history_limit()).unwrap_or(0);
+        let mut cleanable: Vec<&ObservedReplicaSet> = self
+            .others
+            .iter()
+            .copied()
+            .filter(|rs| rs.replicas == 0 && rs.current_replicas == 0)
+            .filter(|rs| self.scale_down_deadline(rs).is_none_or(|at| at <= self.now))
+            .collect();
+        if cleanable.len() <= limit {
+            return;
+        }
+        cleanable.sort_by_key(|rs| (rs.revision().unwrap_or_default(), rs.created));
+        let excess = cleanable.len() - limit;
+        plan.delete_replica_sets = cleanable[..excess]
+            .iter()
+            .map(|rs| rs.name.clone())
+            .collect();
+    }
+
+    /// Adds the pause condition of a pause step, and asks to look again when it expires.
+    fn reconcile_pause_step(&mut self) {
+        if self.rollout.spec.is_paused() || self.base.promote_full || self.is_aborted() {
+            return;
+        }
+        let index = self.step_index();
+        if self.current_step().is_none_or(|step| step.pause.is_none()) {
+            return;
+        }
+        let duration = self.pause_durations[index as usize];
+        match self.pause_condition(PAUSE_REASON_CANARY_PAUSE_STEP) {
+            None if !self.base.controller_pause => {
+                self.pause.add.push(PAUSE_REASON_CANARY_PAUSE_STEP);
+                if let Some(duration) = duration {
+                    self.requeue_in(duration);
+                }
+            }
+            None => {}
+            Some(condition) => {
+                if let Some(duration) = duration {
+                    let expires = pause_expiry(&condition.start_time, duration);
+                    if expires > self.now {
+                        self.requeue_at(expires);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Promotes the current revision to stable, or moves the step index.
+    fn advance_steps(&mut self, next: &mut RolloutStatus, counts: CanaryStableCounts) {
+        if let Some(reason) = self.full_promotion_reason() {
+            self.pause.clear = true;
+            self.pause.remove_abort = true;
+            next.promote_full = false;
+            next.current_step_index = (self.step_count > 0).then_some(self.step_count);
+            if next.stable_rs != self.current_hash {
+                next.stable_rs = self.current_hash.clone();
+                let message = format!(
+                    "Rollout completed update to revision {} ({}): {reason}",
+                    self.revision(),
+                    self.current_hash
+                );
+                self.event(EventType::Normal, ROLLOUT_COMPLETED_REASON, message);
+            }
+            return;
+        }
+        if self.is_aborted() {
+            if self.step_count > 0 {
+                let at_stable = next.stable_rs == self.current_hash;
+                next.current_step_index = Some(if at_stable { self.step_count } else { 0 });
+            }
+            return;
+        }
+        if self.completed_current_step(counts) {
+            let index = self.step_index();
+            let step = self.current_step().map(step_summary).unwrap_or_default();
+            next.current_step_index = Some(index + 1);
+            next.canary.current_step_analysis_run_status = None;
+            self.pause.remove.push(PAUSE_REASON_CANARY_PAUSE_STEP);
+            let message = format!(
+                "Rollout step {}/{} completed ({step})",
+                index + 1,
+                self.step_count
+            );
+            self.event(EventType::Normal, ROLLOUT_STEP_COMPLETED_REASON, message);
+            self.requeue_in(Duration::ZERO);
+        }
+    }
+
+    fn full_promotion_reason(&self) -> Option<String> {
+        if self.initial_deploy() {
+            return Some("Initial deploy".into());
+        }
+        if self.is_aborted() {
+            return None;
+        }
+        let new_rs = self.new_rs?;
+        if new_rs.available_replicas < self.spec_replicas
+            && !progress_threshold_met(
+                self.canary.replica_progress_threshold.as_ref(),
+                new_rs,
+                self.spec_replicas,
+            )
+        {
+            return None;
+        }
+        if self.base.promote_full {
+            return Some("Full promotion requested".into());
+        }
+        if self.fully_promoted() {
+            return Some("Fast rollback".into());
+        }
+        let index = self.base.current_step_index;
+        if self.step_count == 0 || index == Some(self.step_count) {
+            return Some(format!("Completed all {} canary steps", self.step_count));
+        }
+        None
+    }
+
+    fn completed_current_step(&self, counts: CanaryStableCounts) -> bool {
+        if self.rollout.spec.is_paused() {
+            return false;
+        }
+        let Some(step) = self.current_step() else {
+            return false;
+        };
+        if step.set_weight.is_some() {
+            return self.at_desired_counts(counts);
+        }
+        if step.pause.is_some() {
+            if self.resumed_by_person() {
+                return true;
+            }
+            let duration = self.pause_durations[self.step_index() as usize];
+            let condition = self.pause_condition(PAUSE_REASON_CANARY_PAUSE_STEP);
+            return match (duration, condition) {
+                (Some(duration), Some(condition)) => {
+                    self.now > pause_expiry(&condition.start_time, duration)
+                }
+                _ => false,
+            };
+        }
+        if step.analysis.is_some() {
+            return self.pause.add.is_empty()
+                && self
+                    .current_step_run(self.step_index())
+                    .is_some_and(|run| run.phase == AnalysisPhase::Successful);
+        }
+        false
+    }
+
+    /// The canary and stable are at the counts the weight asks for, and no older pod serves.
+    fn at_desired_counts(&self, counts: CanaryStableCounts) -> bool {
+        let Some(new_rs) = self.new_rs else {
+            return false;
+        };
+        let canary_ready = match self.canary.replica_progress_threshold.as_ref() {
+            Some(threshold) if threshold.value >= 0 => {
+                progress_threshold_met(Some(threshold), new_rs, counts.canary)
+            }
+            _ => new_rs.replicas == counts.canary && new_rs.available_replicas == counts.canary,
+        };
+        let stable_ready = self.distinct_stable().is_some_and(|stable| {
+            stable.replicas == counts.stable && stable.current_replicas == counts.stable
+        });
+        let older_gone = self.others.iter().all(|rs| rs.available_replicas == 0);
+        canary_ready && stable_ready && older_gone
+    }
+
+    fn counts_into(&self, next: &mut RolloutStatus) {
+        let all = &self.observed.replica_sets;
+        next.replicas = all.iter().map(|rs| rs.current_replicas).sum();
+        next.updated_replicas = self.new_rs.map_or(0, |rs| rs.current_replicas);
+        next.ready_replicas = all.iter().map(|rs| rs.ready_replicas).sum();
+        next.available_replicas = all.iter().map(|rs| rs.available_replicas).sum();
+        next.hpa_replicas = next.replicas;
+        next.selector = self
+            .rollout
+            .spec
+            .selector
+            .as_ref()
+            .and_then(|selector| selector.match_labels.as_ref())
+            .map(|labels| {
+                labels
+                    .iter()
+                    .map(|(key, value)| format!("{key}={value}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+    }
+
+    /// `progressDeadlineAbort`: an update that made no progress for the deadline is aborted.
+    fn progress_deadline_abort(&mut self, next: &RolloutStatus) {
+        if !self.rollout.spec.effective_progress_deadline_abort() || self.is_aborted() {
+            return;
+        }
+        let previous = self.previous();
+        let completed = !next.stable_rs.is_empty() && next.stable_rs == next.current_pod_hash;
+        if completed
+            || made_progress(&previous, next)
+            || self.indefinite_step()
+            || self.waiting_for_scale_down()
+            || !timed_out(&previous, self.deadline_seconds(), self.now)
+        {
+            return;
+        }
+        self.pause.add_abort = Some(format!(
+            "ReplicaSet \"{}\" has timed out progressing.",
+            self.new_rs_name()
+        ));
+    }
+
+    fn deadline_seconds(&self) -> i32 {
+        self.rollout.spec.effective_progress_deadline_seconds()
+    }
+
+    /// Steps that wait on a person or an analysis do not count against the progress deadline.
+    fn indefinite_step(&self) -> bool {
+        let waiting_step = self
+            .current_step()
+            .is_some_and(|step| step.pause.is_some() || step.analysis.is_some());
+        let paused = self
+            .base
+            .condition(PAUSED)
+            .is_some_and(RolloutCondition::is_true);
+        waiting_step || paused
+    }
+
+    fn waiting_for_scale_down(&self) -> bool {
+        self.others
+            .iter()
+            .any(|rs| self.scale_down_deadline(rs).is_some())
+    }
+
+    fn apply_pause_decisions(&mut self, next: &mut RolloutStatus) {
+        let now = Time(self.now);
+        if self.is_aborted() {
+            next.abort = true;
+            next.aborted_at = Some(self.base.aborted_at.clone().unwrap_or(now));
+            next.pause_conditions.clear();
+            next.controller_pause = false;
+            return;
+        }
+        next.abort = false;
+        next.aborted_at = None;
+        if self.pause.clear {
+            next.pause_conditions.clear();
+            next.controller_pause = false;
+            return;
+        }
+        let mut conditions: Vec<PauseCondition> = self
+            .base
+            .pause_conditions
+            .iter()
+            .filter(|condition| !self.pause.remove.contains(&condition.reason.as_str()))
+            .cloned()
+            .collect();
+        let mut controller_pause = self.base.controller_pause;
+        for reason in &self.pause.add {
+            if self.pause_condition(reason).is_none() {
+                conditions.push(PauseCondition {
+                    reason: (*reason).into(),
+                    start_time: now.clone(),
+                });
+                controller_pause = true;
+            }
+        }
+        next.controller_pause = controller_pause && !conditions.is_empty();
+        next.pause_conditions = conditions;
+    }
+
+    fn set_conditions(&mut self, next: &mut RolloutStatus) {
+        let now = Time(self.now);
+        let previous = self.previous();
+        let condition = |type_: &str, status: &str, reason: &str, message: String| {
+            RolloutCondition::new(type_, status, reason, message, now.clone())
+        };
+        next.remove_condition(INVALID_SPEC);
+        let is_paused = !next.pause_conditions.is_empty() || self.rollout.spec.is_paused();
+        let was_aborted = previous
+            .condition(PROGRESSING)
+            .is_some_and(|c| c.reason == ROLLOUT_ABORTED_REASON);
+        let revision = self.revision();
+        let rs_name = self.new_rs_name();
+
+        let paused_true = next
+            .condition(PAUSED)
+            .is_some_and(RolloutCondition::is_true);
+        if is_paused != paused_true && !next.abort {
+            let status = if is_paused { STATUS_TRUE } else { STATUS_FALSE };
+            next.set_condition(condition(
+                PAUSED,
+                status,
+                ROLLOUT_PAUSED_REASON,
+                ROLLOUT_PAUSED_MESSAGE.into(),
+            ));
+        }
+
+        let healthy = is_healthy(
+            &self.rollout.spec,
+            &generation_string(self.rollout),
+            &previous,
+            next,
+        );
+        let mut became_unhealthy = false;
+        if !is_paused && healthy {
+            next.set_condition(condition(
+                HEALTHY,
+                STATUS_TRUE,
+                ROLLOUT_HEALTHY_REASON,
+                ROLLOUT_HEALTHY_MESSAGE.into(),
+            ));
+        } else if next.condition(HEALTHY).is_some() {
+            became_unhealthy = next.set_condition(condition(
+                HEALTHY,
+                STATUS_FALSE,
+                ROLLOUT_HEALTHY_REASON,
+                ROLLOUT_NOT_HEALTHY_MESSAGE.into(),
+            ));
+        }
+
+        if next.abort {
+            let mut message = format!("Rollout aborted update to revision {revision}");
+            if let Some(reason) = &self.pause.add_abort {
+                message = format!("{message}: {reason}");
+            }
+            let aborted = condition(
+                PROGRESSING,
+                STATUS_FALSE,
+                ROLLOUT_ABORTED_REASON,
+                message.clone(),
+            );
+            if next.set_condition(aborted) {
+                self.event(EventType::Warning, ROLLOUT_ABORTED_REASON, message);
+            }
+        } else if is_paused {
+            next.set_condition(condition(
+                PROGRESSING,
+                STATUS_UNKNOWN,
+                ROLLOUT_PAUSED_REASON,
+                ROLLOUT_PAUSED_MESSAGE.into(),
+            ));
+        } else {
+            let current = previous.condition(PROGRESSING).cloned();
+            if was_aborted {
+                next.set_condition(condition(
+                    PROGRESSING,
+                    STATUS_UNKNOWN,
+                    ROLLOUT_RETRY_REASON,
+                    ROLLOUT_RETRY_MESSAGE.into(),
+                ));
+            } else if current
+                .as_ref()
+                .is_some_and(|c| c.reason == ROLLOUT_PAUSED_REASON)
+            {
+                next.set_condition(condition(
+                    PROGRESSING,
+                    STATUS_UNKNOWN,
+                    ROLLOUT_RESUMED_REASON,
+                    ROLLOUT_RESUMED_MESSAGE.into(),
+                ));
+            }
+            if healthy {
+                next.set_condition(condition(
+                    PROGRESSING,
+                    STATUS_TRUE,
+                    NEW_RS_AVAILABLE_REASON,
+                    format!("ReplicaSet \"{rs_name}\" has successfully progressed."),
+                ));
+            } else if made_progress(&previous, next) || became_unhealthy {
+                let stable_again = next.stable_rs == next.current_pod_hash && became_unhealthy;
+                let (reason, message) = if stable_again {
+                    (
+                        REPLICA_SET_NOT_AVAILABLE_REASON,
+                        NOT_AVAILABLE_MESSAGE.to_string(),
+                    )
+                } else {
+                    (
+                        REPLICA_SET_UPDATED_REASON,
+                        format!("ReplicaSet \"{rs_name}\" is progressing."),
+                    )
+                };
+                let mut progressing = condition(PROGRESSING, STATUS_TRUE, reason, message);
+                // Progress refreshes lastUpdateTime even when the reason stays the same.
+                if let Some(current) = next.condition(PROGRESSING)
+                    && current.status == STATUS_TRUE
+                {
+                    progressing.last_transition_time = current.last_transition_time.clone();
+                }
+                next.remove_condition(PROGRESSING);
+                next.set_condition(progressing);
+            } else if !self.indefinite_step()
+                && !self.waiting_for_scale_down()
+                && timed_out(next, self.deadline_seconds(), self.now)
+            {
+                next.set_condition(condition(
+                    PROGRESSING,
+                    STATUS_FALSE,
+                    TIMED_OUT_REASON,
+                    format!("ReplicaSet \"{rs_name}\" has timed out progressing."),
+                ));
+            }
+        }
+
+        let (status, message) = if next.available_replicas >= self.spec_replicas {
+            (STATUS_TRUE, AVAILABLE_MESSAGE)
+        } else {
+            (STATUS_FALSE, NOT_AVAILABLE_MESSAGE)
+        };
+        next.set_condition(condition(
+            AVAILABLE,
+            status,
+            AVAILABLE_REASON,
+            message.into(),
+        ));
+
+        let completed = !next.stable_rs.is_empty() && next.stable_rs == next.current_pod_hash;
+        let status = if completed { STATUS_TRUE } else { STATUS_FALSE };
+        let changed = next.set_condition(condition(
+            COMPLETED,
+            status,
+            ROLLOUT_COMPLETED_REASON,
+            ROLLOUT_COMPLETED_REASON.into(),
+        ));
+        if changed && !completed {
+            let message = format!(
+                "Rollout not completed, started update to revision {revision} ({})",
+                self.current_hash
+            );
+            self.event(EventType::Normal, ROLLOUT_NOT_COMPLETED_REASON, message);
+        }
+    }
+
+    /// Look again when the progress deadline would pass, unless nothing is expected to move.
+    fn requeue_for_progress_deadline(&mut self, next: &RolloutStatus) {
+        let Some(progressing) = next.condition(PROGRESSING) else {
+            return;
+        };
+        let idle = progressing.reason == NEW_RS_AVAILABLE_REASON
+            || progressing.reason == TIMED_OUT_REASON
+            || progressing.reason == ROLLOUT_ABORTED_REASON
+            || progressing.reason == ROLLOUT_PAUSED_REASON
+            || next.abort
+            || self.indefinite_step();
+        if idle {
+            return;
+        }
+        let deadline = deadline_of(progressing.last_update_time.0, self.deadline_seconds());
+        let at = deadline
+            .checked_add(SignedDuration::from_secs(1))
+            .unwrap_or(deadline);
+        self.requeue_at(at);
+    }
+
+    /// Selectors of `stableService` and `canaryService`, pointed only at revisions that have
+    /// pods available to serve.
+    fn service_selectors(&self, next: &RolloutStatus) -> Vec<ServiceSelector> {
+        let serving = |hash: &str| {
+            self.observed
+                .replica_sets
+                .iter()
+                .any(|rs| rs.pod_template_hash == hash && rs.available_replicas > 0)
+        };
+        let mut selectors = Vec::new();
+        if let Some(service) = self.canary.stable_service.as_ref()
+            && !next.stable_rs.is_empty()
+            && serving(&next.stable_rs)
+        {
+            selectors.push(ServiceSelector {
+                service: service.clone(),
+                pod_template_hash: next.stable_rs.clone(),
+            });
+        }
+        if let Some(service) = self.canary.canary_service.as_ref() {
+            let target = if serving(&self.current_hash) && !self.is_aborted() {
+                Some(self.current_hash.clone())
+            } else if !next.stable_rs.is_empty() && serving(&next.stable_rs) {
+                Some(next.stable_rs.clone())
+            } else {
+                None
+            };
+            if let Some(hash) = target {
+                selectors.push(ServiceSelector {
+                    service: service.clone(),
+                    pod_template_hash: hash,
+                });
+            }
+        }
+        selectors
+    }
+
+    fn canary_weight(&self) -> CanaryWeight {
+        let canary_available = self.new_rs.map_or(0, |rs| rs.available_replicas);
+        let total_available = self
+            .observed
+            .replica_sets
+            .iter()
+            .map(|rs| rs.available_replicas)
+            .sum();
+        CanaryWeight {
+            desired: self.desired_weight(),
+            actual: actual_weight(canary_available, total_available),
+        }
+    }
+
+    /// The split in effect: for a basic canary, what the available pods give. The weight asked
+    /// for is the current step's (and [`Plan::canary_weight`]); nothing verifies a router.
+    fn weights(&self, next: &RolloutStatus, weight: CanaryWeight) -> TrafficWeights {
+        TrafficWeights {
+            canary: WeightDestination {
+                weight: weight.actual,
+                service_name: self.canary.canary_service.clone().unwrap_or_default(),
+                pod_template_hash: self.current_hash.clone(),
+            },
+            stable: WeightDestination {
+                weight: MAX_WEIGHT - weight.actual,
+                service_name: self.canary.stable_service.clone().unwrap_or_default(),
+                pod_template_hash: next.stable_rs.clone(),
+            },
+            additional: Vec::new(),
+            verified: None,
+        }
+    }
+}
+
+fn pause_expiry(start: &Time, duration: Duration) -> Timestamp {
+    let duration = SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX);
+    start.0.checked_add(duration).unwrap_or(Timestamp::MAX)
+}
+
+/// `replicaProgressThreshold`: enough canary pods are available to move on.
+fn progress_threshold_met(
+    threshold: Option<&ReplicaProgressThreshold>,
+    rs: &ObservedReplicaSet,
+    desired: i32,
+) -> bool {
+    match threshold {
+        Some(threshold) if threshold.value >= 0 => match threshold.type_ {
+            ProgressType::Percent => {
+                desired == 0
+                    || i64::from(rs.available_replicas) * 100
+                        >= i64::from(threshold.value) * i64::from(desired)
+            }
+            ProgressType::Pods => rs.available_replicas >= threshold.value,
+        },
+        _ => desired == rs.replicas && desired == rs.available_replicas,
+    }
+}
+
+fn phase_name(phase: AnalysisPhase) -> &'static str {
+    match phase {
+        AnalysisPhase::Pending => "Pending",
+        AnalysisPhase::Running => "Running",
+        AnalysisPhase::Successful => "Successful",
+        AnalysisPhase::Failed => "Failed",
+        AnalysisPhase::Error => "Error",
+        AnalysisPhase::Inconclusive => "Inconclusive",
+    }
+}
+
+/// How a step reads in events, as Argo prints it.
+fn step_summary(step: &CanaryStep) -> String {
+    if let Some(weight) = step.set_weight {
+        return format!("setWeight: {weight}");
+    }
+    if let Some(pause) = &step.pause {
+        return match &pause.duration {
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(seconds)) => {
+                format!("pause: {seconds}s")
+            }
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(text)) => {
+                format!("pause: {text}")
+            }
+            None => "pause".into(),
+        };
+    }
+    if let Some(analysis) = &step.analysis {
+        let names: Vec<&str> = analysis
+            .templates()
+            .iter()
+            .map(|template| template.template_name.as_str())
+            .collect();
+        return format!("analysis: {}", names.join(","));
+    }
+    step.kinds().join(",")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,194 @@
+//! The pure planner: from a Rollout, what the controller observed and the time, what should be
+//! true next. Plain data in, plain data out; no client, no clock, no I/O.
+//!
+//! [`plan`] owns the canary step machine (current step, pause conditions, promote,
+//! promote-full, abort, retry, restart on a new template, fast rollback, progress deadline).
+//! Everything it decides is written back into `status`, so a restarted controller planning
+//! from the same status takes the same next action.
+
+mod canary;
+pub mod hash;
+pub mod replicas;
+mod status;
+mod validation;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use rollouts_crds::analysis::AnalysisPhase;
+use rollouts_crds::rollout::{Rollout, RolloutAnalysis, RolloutStatus};
+
+pub use canary::{plan, steps_hash};
+
+/// Annotation carrying a ReplicaSet's revision, as Argo and Deployments write it.
+pub const REVISION_ANNOTATION: &str = "rollout.argoproj.io/revision";
+
+/// A ReplicaSet owned by the Rollout, as the controller saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedReplicaSet {
+    pub name: String,
+    /// Its `rollouts-pod-template-hash` label.
+    pub pod_template_hash: String,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `status.replicas`: pods that exist.
+    pub current_replicas: i32,
+    /// `status.readyReplicas`.
+    pub ready_replicas: i32,
+    /// `status.availableReplicas`.
+    pub available_replicas: i32,
+    pub annotations: BTreeMap<String, String>,
+    /// `metadata.creationTimestamp`.
+    pub created: Timestamp,
+}
+
+impl ObservedReplicaSet {
+    /// The `rollout.argoproj.io/revision` annotation, when present and numeric.
+    pub fn revision(&self) -> Option<i64> {
+        self.annotations
+            .get(REVISION_ANNOTATION)
+            .and_then(|value| value.parse().ok())
+    }
+}
+
+/// An AnalysisRun owned by the Rollout, as the controller saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedAnalysisRun {
+    pub name: String,
+    /// The `rollouts-pod-template-hash` label: the revision it analyses.
+    pub pod_template_hash: String,
+    /// The `step-index` label of a step run; `None` for other runs.
+    pub step_index: Option<i32>,
+    pub phase: AnalysisPhase,
+    pub message: String,
+    /// `spec.terminate` is already set.
+    pub terminating: bool,
+    pub created: Timestamp,
+}
+
+/// Everything the planner reads besides the Rollout itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    pub replica_sets: Vec<ObservedReplicaSet>,
+    pub analysis_runs: Vec<ObservedAnalysisRun>,
+}
+
+/// A ReplicaSet to create for the current pod template: `spec.template` with the
+/// `rollouts-pod-template-hash` label added to its pod labels and selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewReplicaSet {
+    /// `<rollout>-<hash>`.
+    pub name: String,
+    pub pod_template_hash: String,
+    pub replicas: i32,
+    /// Value of the `rollout.argoproj.io/revision` annotation.
+    pub revision: i64,
+}
+
+/// A change of `spec.replicas` on an existing ReplicaSet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaSetScale {
+    pub name: String,
+    pub from: i32,
+    pub to: i32,
+}
+
+/// A Service whose selector must carry `rollouts-pod-template-hash: <hash>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceSelector {
+    pub service: String,
+    pub pod_template_hash: String,
+}
+
+/// An AnalysisRun to create from a step's templates, labelled `rollout-type: Step`,
+/// `step-index` and `rollouts-pod-template-hash` so the next plan finds it again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnalysisRunToCreate {
+    pub name: String,
+    pub step_index: i32,
+    /// The revision under analysis (labels the run; `Latest` arguments resolve to it).
+    pub pod_template_hash: String,
+    /// The stable revision (`Stable` arguments resolve to it).
+    pub stable_pod_template_hash: String,
+    pub analysis: RolloutAnalysis,
+}
+
+/// Kubernetes event type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event to record on the Rollout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub type_: EventType,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The canary weight asked for by the steps and the weight the available pods really give.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CanaryWeight {
+    pub desired: i32,
+    pub actual: i32,
+}
+
+/// What should be true next. The act phase applies it in this order: create the ReplicaSet,
+/// scale (in list order), point services, create and terminate runs, delete old ReplicaSets,
+/// patch status when `status_changed`, record events, requeue. Service selectors are desired
+/// state: they are written only where the live selector differs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub create_replica_set: Option<NewReplicaSet>,
+    pub scale_replica_sets: Vec<ReplicaSetScale>,
+    /// ReplicaSets whose `scale-down-deadline` annotation is to be removed.
+    pub clear_scale_down_deadlines: Vec<String>,
+    pub service_selectors: Vec<ServiceSelector>,
+    pub create_analysis_runs: Vec<AnalysisRunToCreate>,
+    /// Names of runs to stop (`spec.terminate: true`).
+    pub terminate_analysis_runs: Vec<String>,
+    /// Old, empty ReplicaSets beyond `revisionHistoryLimit`.
+    pub delete_replica_sets: Vec<String>,
+    pub canary_weight: CanaryWeight,
+    pub status: RolloutStatus,
+    /// `status` differs from the Rollout's current status.
+    pub status_changed: bool,
+    pub events: Vec<Event>,
+    /// Look again after this long even if nothing changes (a pause or deadline expires).
+    pub requeue_after: Option<Duration>,
+}
+
+impl Plan {
+    /// A plan that changes nothing.
+    fn unchanged(rollout: &Rollout) -> Self {
+        Self {
+            create_replica_set: None,
+            scale_replica_sets: Vec::new(),
+            clear_scale_down_deadlines: Vec::new(),
+            service_selectors: Vec::new(),
+            create_analysis_runs: Vec::new(),
+            terminate_analysis_runs: Vec::new(),
+            delete_replica_sets: Vec::new(),
+            canary_weight: CanaryWeight::default(),
+            status: rollout.status.clone().unwrap_or_default(),
+            status_changed: false,
+            events: Vec::new(),
+            requeue_after: None,
+        }
+    }
+
+    /// Whether applying the plan writes anything.
+    pub fn is_noop(&self) -> bool {
+        self.create_replica_set.is_none()
+            && self.scale_replica_sets.is_empty()
+            && self.clear_scale_down_deadlines.is_empty()
+            && self.create_analysis_runs.is_empty()
+            && self.terminate_analysis_runs.is_empty()
+            && self.delete_replica_sets.is_empty()
+            && !self.status_changed
+            && self.events.is_empty()
+    }
+}
