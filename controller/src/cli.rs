@@ -1,0 +1,248 @@
+//! Command-line flags of `rollouts-controller` and what follows from them: the label selector
+//! that scopes this instance to its Rollouts.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use rollouts_crds::rollout::CONTROLLER_INSTANCE_ID_LABEL_KEY;
+
+/// Default name of the leader-election Lease.
+pub const DEFAULT_LEASE_NAME: &str = "rollouts-controller-lock";
+
+/// A progressive delivery controller for Argo Rollouts' `Rollout` kind.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "rollouts-controller", version, about)]
+pub struct Flags {
+    /// Only watch Rollouts in this namespace (default: all namespaces).
+    #[arg(long, env = "ROLLOUTS_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Only reconcile Rollouts labelled argo-rollouts.argoproj.io/controller-instance-id=ID;
+    /// without it, only Rollouts without that label.
+    #[arg(long, value_parser = parse_instance_id)]
+    pub instance_id: Option<String>,
+
+    /// How many Rollouts are reconciled at the same time.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// Run only while holding the leader Lease, so that one replica acts at a time.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader Lease (default: the kubeconfig's or the pod's namespace).
+    #[arg(long)]
+    pub leader_election_namespace: Option<String>,
+
+    /// Name of the leader Lease.
+    #[arg(long, default_value = DEFAULT_LEASE_NAME)]
+    pub lease_name: String,
+
+    /// How long a Lease stays valid without renewal before another replica takes over (e.g. 15s).
+    #[arg(long, default_value = "15s", value_parser = parse_lease_duration)]
+    pub lease_duration: Duration,
+
+    /// Address of the Prometheus /metrics endpoint.
+    #[arg(long, default_value = "0.0.0.0:8090")]
+    pub metrics_addr: SocketAddr,
+
+    /// Address of the /healthz and /readyz endpoints.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub health_addr: SocketAddr,
+
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter: a level (info, debug) or tracing directives (info,rollouts_controller=debug).
+    #[arg(long, default_value = "info", env = "RUST_LOG")]
+    pub log_level: String,
+
+    /// Prometheus address analysis uses when an AnalysisTemplate leaves `address` empty.
+    #[arg(long)]
+    pub prometheus_address: Option<String>,
+
+    /// Path of a kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Flags {
+    /// The label selector for watched Rollouts: this instance's id, or "no instance id" as Argo does.
+    pub fn rollout_label_selector(&self) -> String {
+        rollout_label_selector(self.instance_id.as_deref())
+    }
+}
+
+/// `argo-rollouts.argoproj.io/controller-instance-id=ID`, or `!argo-rollouts.argoproj.io/controller-instance-id`
+/// so an unnamed instance never touches Rollouts assigned to a named one.
+pub fn rollout_label_selector(instance_id: Option<&str>) -> String {
+    match instance_id {
+        Some(id) => format!("{CONTROLLER_INSTANCE_ID_LABEL_KEY}={id}"),
+        None => format!("!{CONTROLLER_INSTANCE_ID_LABEL_KEY}"),
+    }
+}
+
+/// An instance id becomes a label value, so it must be one.
+fn parse_instance_id(value: &str) -> Result<String, String> {
+    let valid_chars = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let valid_ends = value.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if value.len() <= 63 && valid_chars && valid_ends {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "{value:?} is not a valid label value: use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+        ))
+    }
+}
+
+/// Whole seconds with an optional `s`, `m` or `h` unit, as Kubernetes durations are written.
+fn parse_lease_duration(value: &str) -> Result<Duration, String> {
+    let (digits, unit) = match value.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => value.split_at(at),
+        None => (value, "s"),
+    };
+    let amount: u64 = digits
+        .parse()
+        .map_err(|_| format!("{value:?} is not a duration: write it like 15s, 1m or 15"))?;
+    let seconds = match unit {
+        "s" => amount,
+        "m" => amount * 60,
+        "h" => amount * 3600,
+        _ => return Err(format!("{value:?} has an unknown unit: use s, m or h")),
+    };
+    if seconds < 3 {
+        return Err(format!(
+            "{value:?} is too short for a lease: use at least 3s (renewals happen every third of it)"
+        ));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Flags, clap::Error> {
+        Flags::try_parse_from(std::iter::once("rollouts-controller").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_match_argo_and_the_deployment() {
+        let flags = parse(&[]).expect("no flags is valid");
+        assert_eq!(flags.namespace, None);
+        assert_eq!(flags.instance_id, None);
+        assert_eq!(flags.concurrency, 10);
+        assert!(flags.leader_elect);
+        assert_eq!(flags.lease_name, "rollouts-controller-lock");
+        assert_eq!(flags.lease_duration, Duration::from_secs(15));
+        assert_eq!(flags.metrics_addr.to_string(), "0.0.0.0:8090");
+        assert_eq!(flags.health_addr.to_string(), "0.0.0.0:8080");
+        assert_eq!(flags.log_format, LogFormat::Text);
+        assert_eq!(flags.prometheus_address, None);
+    }
+
+    #[test]
+    fn every_flag_is_read() {
+        let flags = parse(&[
+            "--namespace",
+            "shop",
+            "--instance-id",
+            "blue",
+            "--concurrency",
+            "3",
+            "--leader-elect=false",
+            "--leader-election-namespace",
+            "ops",
+            "--lease-name",
+            "my-lock",
+            "--lease-duration",
+            "1m",
+            "--metrics-addr",
+            "127.0.0.1:9000",
+            "--health-addr",
+            "127.0.0.1:9001",
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+            "--prometheus-address",
+            "http://prometheus:9090",
+            "--kubeconfig",
+            "kubeconfig.yaml",
+        ])
+        .expect("all flags are valid");
+        assert_eq!(flags.namespace.as_deref(), Some("shop"));
+        assert_eq!(flags.instance_id.as_deref(), Some("blue"));
+        assert_eq!(flags.concurrency, 3);
+        assert!(!flags.leader_elect);
+        assert_eq!(flags.leader_election_namespace.as_deref(), Some("ops"));
+        assert_eq!(flags.lease_name, "my-lock");
+        assert_eq!(flags.lease_duration, Duration::from_secs(60));
+        assert_eq!(flags.metrics_addr.port(), 9000);
+        assert_eq!(flags.health_addr.port(), 9001);
+        assert_eq!(flags.log_format, LogFormat::Json);
+        assert_eq!(flags.log_level, "debug");
+        assert_eq!(
+            flags.prometheus_address.as_deref(),
+            Some("http://prometheus:9090")
+        );
+        assert_eq!(flags.kubeconfig, Some(PathBuf::from("kubeconfig.yaml")));
+    }
+
+    #[test]
+    fn bare_leader_elect_means_true() {
+        assert!(parse(&["--leader-elect"]).expect("valid").leader_elect);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_flag_named() {
+        let error = parse(&["--concurrency", "0"]).expect_err("zero workers cannot reconcile");
+        assert!(error.to_string().contains("--concurrency"), "{error}");
+        let error =
+            parse(&["--instance-id", "not a label"]).expect_err("spaces are not label values");
+        assert!(
+            error.to_string().contains("not a valid label value"),
+            "{error}"
+        );
+        let error = parse(&["--lease-duration", "1s"]).expect_err("too short");
+        assert!(error.to_string().contains("at least 3s"), "{error}");
+        let error = parse(&["--lease-duration", "15d"]).expect_err("unknown unit");
+        assert!(error.to_string().contains("unknown unit"), "{error}");
+        let error = parse(&["--log-format", "xml"]).expect_err("unknown format");
+        assert!(error.to_string().contains("--log-format"), "{error}");
+    }
+
+    #[test]
+    fn instance_id_selects_only_its_rollouts() {
+        assert_eq!(
+            rollout_label_selector(Some("blue")),
+            "argo-rollouts.argoproj.io/controller-instance-id=blue"
+        );
+        let flags = parse(&["--instance-id", "blue"]).expect("valid");
+        assert_eq!(
+            flags.rollout_label_selector(),
+            rollout_label_selector(Some("blue"))
+        );
+    }
+
+    #[test]
+    fn no_instance_id_selects_only_unlabelled_rollouts() {
+        assert_eq!(
+            rollout_label_selector(None),
+            "!argo-rollouts.argoproj.io/controller-instance-id"
+        );
+    }
+}

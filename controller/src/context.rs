@@ -1,0 +1,97 @@
+//! What every reconcile shares: the client, the event recorder, metrics, diagnostics, the
+//! settings taken from flags, and the per-Rollout failure counts that drive retry backoff.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::health::Diagnostics;
+use crate::metrics::Metrics;
+
+/// Name the controller reports as on events (`reportingController`), as Argo's does.
+pub const CONTROLLER_NAME: &str = "rollouts-controller";
+
+/// Flags the reconcilers read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `--instance-id`: the Rollouts this instance owns.
+    pub instance_id: Option<String>,
+    /// `--prometheus-address`: the address analysis uses when a template leaves it empty.
+    pub prometheus_address: Option<String>,
+}
+
+/// Shared state handed to every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub diagnostics: Arc<Diagnostics>,
+    pub settings: Settings,
+    /// Consecutive failed reconciles per `namespace/name`, reset on success.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        diagnostics: Arc<Diagnostics>,
+        settings: Settings,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: CONTROLLER_NAME.to_string(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            diagnostics,
+            settings,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts one more failure of `key` and returns how long to wait before retrying.
+    pub fn record_failure(&self, key: &str) -> Duration {
+        let mut failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = failures.entry(key.to_string()).or_insert(0);
+        *count = count.saturating_add(1);
+        retry_backoff(*count)
+    }
+
+    /// Forgets the failures of `key` after a successful reconcile.
+    pub fn record_success(&self, key: &str) {
+        let mut failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        failures.remove(key);
+    }
+}
+
+/// Wait before the next try after `failures` failures in a row: 5 s, doubling, at most 5 min.
+pub fn retry_backoff(failures: u32) -> Duration {
+    const FIRST: Duration = Duration::from_secs(5);
+    const MAX: Duration = Duration::from_secs(300);
+    let doublings = failures.saturating_sub(1).min(16);
+    FIRST.saturating_mul(1 << doublings).min(MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_up_to_five_minutes() {
+        let waits: Vec<u64> = (1..=8).map(|n| retry_backoff(n).as_secs()).collect();
+        assert_eq!(waits, vec![5, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(retry_backoff(u32::MAX), Duration::from_secs(300));
+    }
+}

@@ -1,0 +1,147 @@
+//! The controller's one error type: every failure the runtime shell can meet, each carrying its
+//! cause (`#[source]`) and a short `metric_label()` for the `rollout_reconcile_error` counter.
+
+use std::net::SocketAddr;
+
+/// Everything that can go wrong in the runtime shell.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot build a Kubernetes client from the kubeconfig ({context}): {source}")]
+    Kubeconfig {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    #[error(
+        "the Rollout CRD is not installed: kubectl apply --server-side -f crds/yaml/ ({source})"
+    )]
+    CrdNotInstalled {
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error(
+        "cannot list Rollouts {scope} at startup (check the RBAC of the controller's service account): {source}"
+    )]
+    StartupList {
+        scope: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error("cannot list the ReplicaSets of Rollout {namespace}/{name}: {source}")]
+    ListReplicaSets {
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error("cannot patch status of Rollout {namespace}/{name}: {source}")]
+    PatchStatus {
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error("cannot publish event {reason} for Rollout {namespace}/{name}: {source}")]
+    PublishEvent {
+        namespace: String,
+        name: String,
+        reason: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error("Rollout {0} has no namespace or name; it cannot be reconciled")]
+    MissingObjectKey(String),
+
+    #[error("cannot encode the status of Rollout {namespace}/{name}: {source}")]
+    EncodeStatus {
+        namespace: String,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("cannot read or write Lease {namespace}/{name} for leader election: {source}")]
+    Lease {
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error(
+        "lost the leader lease {namespace}/{name}: {reason}; exiting so the Deployment restarts this replica"
+    )]
+    LeaseLost {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+
+    #[error("cannot listen on {addr} (change --{flag}): {source}")]
+    Bind {
+        addr: SocketAddr,
+        flag: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("cannot install the {format} log subscriber: {source}")]
+    Logging {
+        format: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// `Result` with the controller's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Short, stable name of the failure, used as the `error` label of metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kubeconfig { .. } => "kubeconfig",
+            Error::CrdNotInstalled { .. } => "crd_not_installed",
+            Error::StartupList { .. } => "startup_list",
+            Error::ListReplicaSets { .. } => "list_replicasets",
+            Error::PatchStatus { .. } => "patch_status",
+            Error::PublishEvent { .. } => "publish_event",
+            Error::MissingObjectKey(_) => "missing_object_key",
+            Error::EncodeStatus { .. } => "encode_status",
+            Error::Lease { .. } => "lease",
+            Error::LeaseLost { .. } => "lease_lost",
+            Error::Bind { .. } => "bind",
+            Error::Logging { .. } => "logging",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_missing_message_names_the_fix() {
+        let source = kube::Error::Api(
+            kube::core::Status::failure(
+                "the server could not find the requested resource",
+                "NotFound",
+            )
+            .with_code(404)
+            .boxed(),
+        );
+        let error = Error::CrdNotInstalled {
+            source: Box::new(source),
+        };
+        assert!(error.to_string().starts_with(
+            "the Rollout CRD is not installed: kubectl apply --server-side -f crds/yaml/"
+        ));
+        assert_eq!(error.metric_label(), "crd_not_installed");
+    }
+}

@@ -1,0 +1,459 @@
+//! Prometheus metrics under Argo Rollouts' names: `rollout_reconcile` (histogram),
+//! `rollout_reconcile_error`, `rollout_events_total`, `rollout_info` and its replica gauges
+//! (read from the watch cache at scrape time), and `argo_rollouts_controller_info`.
+//!
+//! prometheus-client writes OpenMetrics, where every counter sample ends in `_total`: Argo's
+//! `rollout_reconcile_error` is therefore scraped as `rollout_reconcile_error_total`.
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+use rollouts_crds::conditions;
+use rollouts_crds::rollout::Rollout;
+
+use crate::error::Error;
+
+/// Argo's buckets for `rollout_reconcile`, in seconds.
+const RECONCILE_BUCKETS: [f64; 5] = [0.01, 0.15, 0.25, 0.5, 1.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RolloutLabels {
+    namespace: String,
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileErrorLabels {
+    namespace: String,
+    name: String,
+    error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    namespace: String,
+    name: String,
+    #[prometheus(flatten)]
+    kind: EventKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventKind {
+    r#type: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RolloutInfoLabels {
+    namespace: String,
+    name: String,
+    strategy: String,
+    traffic_router: String,
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: String,
+}
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(RECONCILE_BUCKETS)
+}
+
+/// Every metric the controller exposes, and the registry that renders them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconcile: Family<RolloutLabels, Histogram, fn() -> Histogram>,
+    reconcile_errors: Family<ReconcileErrorLabels, Counter>,
+    events: Family<EventLabels, Counter>,
+}
+
+impl Metrics {
+    /// Registers all metrics; `rollouts` is the controller's watch cache, read at scrape time.
+    pub fn new(rollouts: Store<Rollout>) -> Self {
+        let mut registry = Registry::default();
+        let reconcile = Family::<RolloutLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            reconcile_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "rollout_reconcile",
+            "Rollout reconciliation performance",
+            reconcile.clone(),
+        );
+        let reconcile_errors = Family::<ReconcileErrorLabels, Counter>::default();
+        registry.register(
+            "rollout_reconcile_error",
+            "Error occurring during the rollout",
+            reconcile_errors.clone(),
+        );
+        let events = Family::<EventLabels, Counter>::default();
+        registry.register("rollout_events", "Count of rollout events", events.clone());
+        registry.register(
+            "argo_rollouts_controller",
+            "Running rollouts-controller version",
+            Info::new(VersionLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            }),
+        );
+        registry.register_collector(Box::new(RolloutCollector { rollouts }));
+        Self {
+            registry,
+            reconcile,
+            reconcile_errors,
+            events,
+        }
+    }
+
+    /// Records how long one reconcile of `namespace/name` took.
+    pub fn observe_reconcile(&self, namespace: &str, name: &str, took: Duration) {
+        self.reconcile
+            .get_or_create(&RolloutLabels {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a failed reconcile of `namespace/name`, labelled with the error's kind.
+    pub fn reconcile_failed(&self, namespace: &str, name: &str, error: &Error) {
+        self.reconcile_errors
+            .get_or_create(&ReconcileErrorLabels {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                error: error.metric_label().to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts an event published for `namespace/name` (`event_type` is Normal or Warning).
+    pub fn event_published(&self, namespace: &str, name: &str, event_type: &str, reason: &str) {
+        self.events
+            .get_or_create(&EventLabels {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                kind: EventKind {
+                    r#type: event_type.to_string(),
+                    reason: reason.to_string(),
+                },
+            })
+            .inc();
+    }
+
+    /// The OpenMetrics text of every metric, as served on `/metrics`.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail; an error here would be a bug in a label encoder.
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::error!(%error, "cannot encode metrics");
+        }
+        text
+    }
+}
+
+/// `rollout_info` and the replica gauges, computed from the watch cache on each scrape.
+/// Reads one replica count of a Rollout.
+type ReplicaCount = fn(&Rollout) -> i64;
+
+#[derive(Debug)]
+struct RolloutCollector {
+    rollouts: Store<Rollout>,
+}
+
+impl Collector for RolloutCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut rollouts = self.rollouts.state();
+        rollouts.sort_by_key(|r| (r.namespace(), r.name_any()));
+        let info: Vec<RolloutInfoLabels> = rollouts.iter().map(|r| info_labels(r)).collect();
+        {
+            let mut family = encoder.encode_descriptor(
+                "rollout_info",
+                "Information about rollout",
+                None,
+                MetricType::Gauge,
+            )?;
+            for labels in &info {
+                family.encode_family(labels)?.encode_gauge(&1i64)?;
+            }
+        }
+        let gauges: [(&str, &str, ReplicaCount); 4] = [
+            (
+                "rollout_info_replicas_available",
+                "The number of available replicas per rollout",
+                |r| r.status.as_ref().map_or(0, |s| s.available_replicas.into()),
+            ),
+            (
+                "rollout_info_replicas_unavailable",
+                "The number of unavailable replicas per rollout",
+                |r| {
+                    r.status.as_ref().map_or(0, |s| {
+                        i64::from(s.replicas) - i64::from(s.available_replicas)
+                    })
+                },
+            ),
+            (
+                "rollout_info_replicas_desired",
+                "The number of desired replicas per rollout",
+                |r| r.spec.replicas.unwrap_or(1).into(),
+            ),
+            (
+                "rollout_info_replicas_updated",
+                "The number of updated replicas per rollout",
+                |r| r.status.as_ref().map_or(0, |s| s.updated_replicas.into()),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for rollout in &rollouts {
+                let labels = RolloutLabels {
+                    namespace: rollout.namespace().unwrap_or_default(),
+                    name: rollout.name_any(),
+                };
+                family
+                    .encode_family(&labels)?
+                    .encode_gauge(&value(rollout))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn info_labels(rollout: &Rollout) -> RolloutInfoLabels {
+    let (strategy, traffic_router) = strategy_and_traffic_router(rollout);
+    RolloutInfoLabels {
+        namespace: rollout.namespace().unwrap_or_default(),
+        name: rollout.name_any(),
+        strategy: strategy.to_string(),
+        traffic_router: traffic_router.to_string(),
+        phase: rollout_phase(rollout).to_string(),
+    }
+}
+
+/// The `strategy` and `traffic_router` labels, named as Argo names them.
+fn strategy_and_traffic_router(rollout: &Rollout) -> (&'static str, &'static str) {
+    let strategy = &rollout.spec.strategy;
+    if strategy.blue_green.is_some() {
+        return ("blueGreen", "");
+    }
+    let Some(canary) = &strategy.canary else {
+        return ("none", "");
+    };
+    let Some(routing) = &canary.traffic_routing else {
+        return ("canary", "");
+    };
+    // Argo checks routers in this order and keeps the last one set.
+    let router = [
+        ("AppMesh", routing.app_mesh.is_some()),
+        ("SMI", routing.smi.is_some()),
+        ("Nginx", routing.nginx.is_some()),
+        ("Istio", routing.istio.is_some()),
+        ("Ambassador", routing.ambassador.is_some()),
+        ("ALB", routing.alb.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(name, set)| set.then_some(name))
+    .unwrap_or("");
+    ("canary", router)
+}
+
+/// The `phase` label, computed from the conditions as Argo's metrics do.
+pub fn rollout_phase(rollout: &Rollout) -> &'static str {
+    let Some(status) = &rollout.status else {
+        return "Progressing";
+    };
+    if status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == conditions::INVALID_SPEC)
+    {
+        return "InvalidSpec";
+    }
+    let progressing = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::PROGRESSING);
+    match progressing.map(|c| c.reason.as_str()) {
+        Some(conditions::NEW_RS_AVAILABLE_REASON) => "Completed",
+        Some(conditions::ROLLOUT_PAUSED_REASON) => "Paused",
+        Some(conditions::FAILED_RS_CREATE_REASON) => "Error",
+        Some(conditions::TIMED_OUT_REASON) => "Timeout",
+        Some(conditions::ROLLOUT_ABORTED_REASON) => "Abort",
+        _ => "Progressing",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+    use kube::runtime::reflector::store;
+    use kube::runtime::watcher;
+    use rollouts_crds::rollout::{CanaryStep, RolloutCondition, RolloutStatus};
+
+    use super::*;
+
+    fn rollout(name: &str, status: Option<RolloutStatus>) -> Rollout {
+        let mut rollout = Rollout::test_canary(name, vec![CanaryStep::weight(20)]).with_replicas(4);
+        rollout.metadata.namespace = Some("shop".into());
+        rollout.status = status;
+        rollout
+    }
+
+    fn condition(type_: &str, reason: &str) -> RolloutCondition {
+        RolloutCondition {
+            type_: type_.into(),
+            status: conditions::STATUS_TRUE.into(),
+            last_update_time: Time(Timestamp::UNIX_EPOCH),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            reason: reason.into(),
+            message: String::new(),
+        }
+    }
+
+    fn metrics_with(rollouts: Vec<Rollout>) -> Metrics {
+        let (reader, mut writer) = store::<Rollout>();
+        for rollout in rollouts {
+            writer.apply_watcher_event(&watcher::Event::Apply(rollout));
+        }
+        Metrics::new(reader)
+    }
+
+    #[test]
+    fn reconcile_errors_and_events_render_under_argo_names() {
+        let metrics = metrics_with(Vec::new());
+        metrics.observe_reconcile("shop", "web", Duration::from_millis(200));
+        metrics.reconcile_failed("shop", "web", &Error::MissingObjectKey("web".into()));
+        metrics.event_published("shop", "web", "Warning", "InvalidSpec");
+        let text = metrics.render();
+        assert!(
+            text.contains("# TYPE rollout_reconcile histogram"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP rollout_reconcile Rollout reconciliation performance.\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_reconcile_bucket{le="0.15",namespace="shop",name="web"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_reconcile_bucket{le="0.25",namespace="shop",name="web"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_reconcile_count{namespace="shop",name="web"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"rollout_reconcile_error_total{namespace="shop",name="web",error="missing_object_key"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"rollout_events_total{namespace="shop",name="web",type="Warning",reason="InvalidSpec"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                r#"argo_rollouts_controller_info{{version="{}"}} 1"#,
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn rollout_info_reads_phase_and_strategy_from_the_cache() {
+        let invalid = rollout(
+            "broken",
+            Some(RolloutStatus {
+                conditions: vec![condition(
+                    conditions::INVALID_SPEC,
+                    conditions::INVALID_SPEC_REASON,
+                )],
+                ..RolloutStatus::default()
+            }),
+        );
+        let done = rollout(
+            "web",
+            Some(RolloutStatus {
+                replicas: 4,
+                available_replicas: 3,
+                updated_replicas: 4,
+                conditions: vec![condition(
+                    conditions::PROGRESSING,
+                    conditions::NEW_RS_AVAILABLE_REASON,
+                )],
+                ..RolloutStatus::default()
+            }),
+        );
+        let text = metrics_with(vec![invalid, done]).render();
+        assert!(
+            text.contains(r#"rollout_info{namespace="shop",name="broken",strategy="canary",traffic_router="",phase="InvalidSpec"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_info{namespace="shop",name="web",strategy="canary",traffic_router="",phase="Completed"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_info_replicas_available{namespace="shop",name="web"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_info_replicas_unavailable{namespace="shop",name="web"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_info_replicas_desired{namespace="shop",name="web"} 4"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_info_replicas_updated{namespace="shop",name="web"} 4"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn phase_follows_the_progressing_reason() {
+        let cases = [
+            (conditions::ROLLOUT_PAUSED_REASON, "Paused"),
+            (conditions::TIMED_OUT_REASON, "Timeout"),
+            (conditions::ROLLOUT_ABORTED_REASON, "Abort"),
+            (conditions::FAILED_RS_CREATE_REASON, "Error"),
+            (conditions::REPLICA_SET_UPDATED_REASON, "Progressing"),
+        ];
+        for (reason, phase) in cases {
+            let status = RolloutStatus {
+                conditions: vec![condition(conditions::PROGRESSING, reason)],
+                ..RolloutStatus::default()
+            };
+            assert_eq!(
+                rollout_phase(&rollout("web", Some(status))),
+                phase,
+                "{reason}"
+            );
+        }
+        assert_eq!(rollout_phase(&rollout("web", None)), "Progressing");
+    }
+
+    #[test]
+    fn blue_green_is_named_as_argo_names_it() {
+        let rollout = Rollout::test_blue_green("web");
+        assert_eq!(strategy_and_traffic_router(&rollout), ("blueGreen", ""));
+    }
+}

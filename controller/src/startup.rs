@@ -1,0 +1,281 @@
+//! Starting and stopping the controller: logging, the client, the CRD check, the HTTP
+//! endpoints, leader election, the Rollout `Controller` and shutdown on SIGTERM/SIGINT.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use rollouts_crds::rollout::{DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, Rollout};
+use tokio::sync::watch;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Flags, LogFormat};
+use crate::context::{Context, Settings};
+use crate::error::{Error, Result};
+use crate::health::{self, Diagnostics, Endpoints, Leadership};
+use crate::leader::{self, LeaderElection};
+use crate::metrics::Metrics;
+use crate::reconcile::{error_policy, reconcile};
+
+/// Installs the global log subscriber: `--log-format` text or JSON, filtered by `--log-level`.
+pub fn init_logging(flags: &Flags) -> Result<()> {
+    let format = match flags.log_format {
+        LogFormat::Text => "text",
+        LogFormat::Json => "json",
+    };
+    let logging_error =
+        |source: Box<dyn std::error::Error + Send + Sync>| Error::Logging { format, source };
+    let filter = EnvFilter::try_new(&flags.log_level).map_err(|e| logging_error(Box::new(e)))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
+    match flags.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    }
+    .map_err(logging_error)
+}
+
+/// A client for `--kubeconfig`, or else KUBECONFIG / ~/.kube/config / in-cluster.
+pub async fn client(flags: &Flags) -> Result<Client> {
+    let kubeconfig_error = |context: String| {
+        move |source: Box<dyn std::error::Error + Send + Sync>| Error::Kubeconfig {
+            context,
+            source,
+        }
+    };
+    let config = match &flags.kubeconfig {
+        Some(path) => {
+            let context = format!("--kubeconfig {}", path.display());
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| kubeconfig_error(context.clone())(Box::new(e)))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| kubeconfig_error(context)(Box::new(e)))?
+        }
+        None => Config::infer().await.map_err(|e| {
+            kubeconfig_error("KUBECONFIG, ~/.kube/config or in-cluster".to_string())(Box::new(e))
+        })?,
+    };
+    Client::try_from(config).map_err(|e| kubeconfig_error("client".to_string())(Box::new(e)))
+}
+
+/// Lists one Rollout: a 404 means the CRD is not installed, which no retry will fix.
+pub async fn check_crd_installed(api: &Api<Rollout>, scope: &str) -> Result<()> {
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(Error::CrdNotInstalled {
+            source: Box::new(kube::Error::Api(status)),
+        }),
+        Err(source) => Err(Error::StartupList {
+            scope: scope.to_string(),
+            source: Box::new(source),
+        }),
+    }
+}
+
+/// Runs the controller until SIGTERM/SIGINT (Ok) or until the leader lease is lost (Err).
+pub async fn run(flags: Flags) -> Result<()> {
+    let client = client(&flags).await?;
+    // ReplicaSets are watched as metadata only: a change is all the trigger needs.
+    let (rollouts, replica_sets, scope): (
+        Api<Rollout>,
+        Api<PartialObjectMeta<ReplicaSet>>,
+        String,
+    ) = match &flags.namespace {
+        Some(namespace) => (
+            Api::namespaced(client.clone(), namespace),
+            Api::namespaced(client.clone(), namespace),
+            format!("in namespace {namespace}"),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            "in all namespaces".to_string(),
+        ),
+    };
+    check_crd_installed(&rollouts, &scope).await?;
+
+    let selector = flags.rollout_label_selector();
+    tracing::info!(scope = %scope, %selector, "watching Rollouts");
+    let rollout_controller =
+        Controller::new(rollouts, watcher::Config::default().labels(&selector))
+            .owns(
+                replica_sets,
+                watcher::Config::default().labels(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY),
+            )
+            .with_config(controller::Config::default().concurrency(flags.concurrency));
+
+    let metrics = Arc::new(Metrics::new(rollout_controller.store()));
+    let diagnostics = Arc::new(Diagnostics::new(if flags.leader_elect {
+        Leadership::Follower
+    } else {
+        Leadership::Disabled
+    }));
+    serve_endpoints(
+        &flags,
+        Endpoints {
+            diagnostics: diagnostics.clone(),
+            metrics: metrics.clone(),
+        },
+    )
+    .await?;
+
+    let shutdown = shutdown_on_signal();
+    let election = if flags.leader_elect {
+        let namespace = flags
+            .leader_election_namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        let election = LeaderElection::new(
+            Api::<Lease>::namespaced(client.clone(), &namespace),
+            &namespace,
+            &flags.lease_name,
+            leader::candidate_identity(),
+            flags.lease_duration,
+        );
+        tracing::info!(identity = election.identity(), lease = %flags.lease_name, %namespace, "waiting for the leader lease");
+        tokio::select! {
+            () = election.acquire() => {}
+            () = wait_for(shutdown.clone()) => {
+                tracing::info!("shutdown requested before becoming leader");
+                return Ok(());
+            }
+        }
+        diagnostics.set_leadership(Leadership::Leader);
+        tracing::info!("became leader");
+        Some(election)
+    } else {
+        None
+    };
+
+    // Losing the lease stops the controller like a signal does, and makes the process fail.
+    let (lost_tx, lost_rx) = watch::channel(false);
+    let stop = {
+        let mut lost = lost_rx.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            let lease_lost = async move {
+                // Without leader election the sender is dropped at once: that is not a loss.
+                if lost.wait_for(|lost| *lost).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                () = wait_for(shutdown) => {}
+                () = lease_lost => {}
+            }
+        }
+    };
+    let holder = election.clone().map(|election| {
+        let diagnostics = diagnostics.clone();
+        tokio::spawn(async move {
+            let error = election.hold().await;
+            diagnostics.set_leadership(Leadership::Stopping);
+            lost_tx.send_replace(true);
+            error
+        })
+    });
+
+    let context = Arc::new(Context::new(
+        client,
+        metrics,
+        diagnostics.clone(),
+        Settings {
+            instance_id: flags.instance_id.clone(),
+            prometheus_address: flags.prometheus_address.clone(),
+        },
+    ));
+    rollout_controller
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, context)
+        .for_each(|outcome| async move {
+            match outcome {
+                Ok(_) => {}
+                // error_policy has already logged and counted failed reconciles.
+                Err(
+                    controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_),
+                ) => {}
+                Err(error) => tracing::warn!(%error, "watch failed; retrying"),
+            }
+        })
+        .await;
+    diagnostics.set_leadership(Leadership::Stopping);
+
+    if let Some(holder) = holder {
+        if *lost_rx.borrow() {
+            if let Ok(error) = holder.await {
+                return Err(error);
+            }
+        } else {
+            holder.abort();
+        }
+    }
+    if let Some(election) = election {
+        match election.release().await {
+            Ok(()) => tracing::info!("released the leader lease"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot release the leader lease; it expires on its own")
+            }
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Binds the health and metrics listeners (once when both flags name the same address).
+async fn serve_endpoints(flags: &Flags, endpoints: Endpoints) -> Result<()> {
+    let health = health::bind(flags.health_addr, "health-addr").await?;
+    // The bound address, not the flag: with port 0 the kernel picks the port.
+    let addr = health.local_addr().unwrap_or(flags.health_addr);
+    tracing::info!(%addr, "serving /healthz and /readyz");
+    tokio::spawn(health::serve(health, endpoints.clone()));
+    if flags.metrics_addr != flags.health_addr {
+        let metrics = health::bind(flags.metrics_addr, "metrics-addr").await?;
+        let addr = metrics.local_addr().unwrap_or(flags.metrics_addr);
+        tracing::info!(%addr, "serving /metrics");
+        tokio::spawn(health::serve(metrics, endpoints));
+    }
+    Ok(())
+}
+
+/// A flag that turns true on the first SIGTERM or SIGINT.
+fn shutdown_on_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let interrupt = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut terminate) => {
+                    tokio::select! {
+                        _ = interrupt => {}
+                        _ = terminate.recv() => {}
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the controller");
+                    let _ = interrupt.await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = interrupt.await;
+        tracing::info!("shutdown requested; finishing reconciles in flight");
+        tx.send_replace(true);
+    });
+    rx
+}
+
+async fn wait_for(mut shutdown: watch::Receiver<bool>) {
+    // An Err means the sender is gone, which only happens if the signal task died: stop too.
+    let _ = shutdown.wait_for(|requested| *requested).await;
+}
