@@ -20,13 +20,14 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## Regenerate crds/yaml/ from the Rust types (commit the result).
+## Regenerate crds/yaml/ (and its copy in deploy/crds/) from the Rust types; commit the result.
 crds:
 	$(CARGO) run -q -p rollouts-crds --bin crdgen
+	cp crds/yaml/*.yaml deploy/crds/
 
 ## Fail if crds/yaml/ differs from what the types generate.
 crds-check: crds
-	git diff --exit-code -- crds/yaml
+	git diff --exit-code -- crds/yaml deploy/crds
 
 ## Start kube-sim on a loopback port with our CRDs; kubeconfig in target/kube-sim.kubeconfig.
 sim:
