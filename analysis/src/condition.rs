@@ -1,0 +1,411 @@
+//! Condition evaluation: a metric's `successCondition` / `failureCondition` are expr-lang
+//! expressions over `result`, with Argo's helper functions (`asInt`, `asFloat`, `isNaN`,
+//! `isInf`, `isNil`, `default`) and Argo's rules for turning the two answers into a phase.
+//! Errors are returned as messages for an Error measurement; evaluation never panics.
+
+use expr::{Context, Environment, Value};
+use k8s_openapi::jiff::Timestamp;
+use rollouts_crds::analysis::{AnalysisPhase, Metric};
+
+/// The phase of a measurement whose value is `result`, by Argo's rules:
+/// - no conditions: Successful;
+/// - only a success condition: Successful when it holds, else Failed;
+/// - only a failure condition: Failed when it holds, else Successful;
+/// - both: Failed when the failure condition holds, Successful when only the success
+///   condition holds, Inconclusive when neither does.
+///
+/// A condition that cannot be evaluated, or does not give a boolean, is an `Err` with the
+/// message for an Error measurement.
+pub fn evaluate(
+    result: &Value,
+    success_condition: Option<&str>,
+    failure_condition: Option<&str>,
+) -> Result<AnalysisPhase, String> {
+    let success_condition = success_condition.filter(|c| !c.is_empty());
+    let failure_condition = failure_condition.filter(|c| !c.is_empty());
+    let mut success = false;
+    let mut failure = false;
+    if let Some(condition) = success_condition {
+        success = eval_condition(result, condition)
+            .map_err(|e| eval_error(e, "successCondition", condition, result))?;
+    }
+    if let Some(condition) = failure_condition {
+        failure = eval_condition(result, condition)
+            .map_err(|e| eval_error(e, "failureCondition", condition, result))?;
+    }
+    match (success_condition, failure_condition) {
+        (None, None) => return Ok(AnalysisPhase::Successful),
+        (Some(_), None) => failure = !success,
+        (None, Some(_)) => success = !failure,
+        (Some(_), Some(_)) => {}
+    }
+    Ok(if failure {
+        AnalysisPhase::Failed
+    } else if !success {
+        AnalysisPhase::Inconclusive
+    } else {
+        AnalysisPhase::Successful
+    })
+}
+
+/// [`evaluate`] with the metric's conditions.
+pub fn evaluate_metric(result: &Value, metric: &Metric) -> Result<AnalysisPhase, String> {
+    evaluate(
+        result,
+        metric.success_condition.as_deref(),
+        metric.failure_condition.as_deref(),
+    )
+}
+
+fn eval_error(error: String, field: &str, expression: &str, result: &Value) -> String {
+    if is_nil_or_empty(result) {
+        return format!(
+            "could not evaluate {field} \"{expression}\": metric result is nil or empty: no data returned from the metric provider"
+        );
+    }
+    format!("could not evaluate {field} \"{expression}\": {error}")
+}
+
+fn is_nil_or_empty(result: &Value) -> bool {
+    match result {
+        Value::Nil => true,
+        Value::Array(items) => items.is_empty(),
+        _ => false,
+    }
+}
+
+/// Evaluates one condition with `result` bound; it must give a boolean.
+pub fn eval_condition(result: &Value, condition: &str) -> Result<bool, String> {
+    let env = environment(result);
+    let mut ctx = Context::default();
+    ctx.insert("result", result.clone());
+    let program = expr::compile(condition).map_err(|e| e.to_string())?;
+    match env.run(&program, &ctx).map_err(|e| e.to_string())? {
+        Value::Bool(b) => Ok(b),
+        other => Err(format!(
+            "expected bool, but got {} ({other})",
+            type_name(&other)
+        )),
+    }
+}
+
+/// Evaluates a time expression such as `now() - duration("5m")` (a range query's start or
+/// end), with `now()` fixed to `now` so the answer is reproducible.
+pub fn eval_time(expression: &str, now: Timestamp) -> Result<Timestamp, String> {
+    let mut env = Environment::new();
+    let now_text = now.to_string();
+    env.add_function("now", move |call| {
+        call.env.eval_func(
+            call.ctx,
+            "date",
+            vec![Value::String(now_text.clone())],
+            None,
+        )
+    });
+    let program = expr::compile(expression).map_err(|e| e.to_string())?;
+    let value = env
+        .run(&program, &Context::default())
+        .map_err(|e| e.to_string())?;
+    let Some(datetime) = value.as_datetime() else {
+        return Err(format!(
+            "expected a time, but got {} ({value})",
+            type_name(&value)
+        ));
+    };
+    Timestamp::new(
+        datetime.timestamp(),
+        datetime.timestamp_subsec_nanos() as i32,
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Integer(_) => "int",
+        Value::Bool(_) => "bool",
+        Value::Float(_) => "float",
+        Value::Nil => "nil",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Bytes(_) => "bytes",
+        Value::Map(_) | Value::KeyedMap(_) => "map",
+        _ => "time",
+    }
+}
+
+fn one_arg(args: &[Value], name: &str) -> expr::Result<Value> {
+    match args {
+        [value] => Ok(value.clone()),
+        args => Err(expr::Error::ExprError(format!(
+            "{name}() takes 1 argument, got {}",
+            args.len()
+        ))),
+    }
+}
+
+fn unsupported(name: &str, value: &Value) -> expr::Error {
+    expr::Error::ExprError(format!(
+        "{name}() not supported on {} {value}",
+        type_name(value)
+    ))
+}
+
+/// The functions Argo adds to every condition. `isNil` and `default` look at the measured
+/// result whatever their first argument is, as Argo's do.
+fn environment(result: &Value) -> Environment<'static> {
+    let mut env = Environment::new();
+    env.add_function("asInt", |call| {
+        let value = one_arg(&call.args, "asInt")?;
+        match &value {
+            Value::Integer(i) => Ok(Value::Integer(*i)),
+            Value::Float(f) => Ok(Value::Integer(*f as i64)),
+            Value::String(s) => s
+                .trim()
+                .parse::<i64>()
+                .map(Value::Integer)
+                .map_err(|e| expr::Error::ExprError(format!("asInt({s:?}): {e}"))),
+            other => Err(unsupported("asInt", other)),
+        }
+    });
+    env.add_function("asFloat", |call| {
+        let value = one_arg(&call.args, "asFloat")?;
+        match &value {
+            Value::Integer(i) => Ok(Value::Float(*i as f64)),
+            Value::Float(f) => Ok(Value::Float(*f)),
+            Value::String(s) => s
+                .trim()
+                .parse::<f64>()
+                .map(Value::Float)
+                .map_err(|e| expr::Error::ExprError(format!("asFloat({s:?}): {e}"))),
+            other => Err(unsupported("asFloat", other)),
+        }
+    });
+    env.add_function("isNaN", |call| match one_arg(&call.args, "isNaN")? {
+        Value::Float(f) => Ok(Value::Bool(f.is_nan())),
+        Value::Integer(_) => Ok(Value::Bool(false)),
+        other => Err(unsupported("isNaN", &other)),
+    });
+    env.add_function("isInf", |call| match one_arg(&call.args, "isInf")? {
+        Value::Float(f) => Ok(Value::Bool(f.is_infinite())),
+        Value::Integer(_) => Ok(Value::Bool(false)),
+        other => Err(unsupported("isInf", &other)),
+    });
+    let result_is_nil = result.is_nil();
+    env.add_function("isNil", move |_| Ok(Value::Bool(result_is_nil)));
+    let measured = result.clone();
+    env.add_function("default", move |call| match call.args.as_slice() {
+        [_, fallback] => Ok(if measured.is_nil() {
+            fallback.clone()
+        } else {
+            measured.clone()
+        }),
+        args => Err(expr::Error::ExprError(format!(
+            "default() takes 2 arguments, got {}",
+            args.len()
+        ))),
+    });
+    env
+}
+
+/// A JSON document as a condition sees it. Numbers become floats, as Go's JSON decoding makes
+/// them.
+pub fn from_json(value: &serde_json::Value) -> Value {
+    match value {
+        serde_json::Value::Null => Value::Nil,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        serde_json::Value::String(s) => Value::String(s.clone()),
+        serde_json::Value::Array(items) => Value::Array(items.iter().map(from_json).collect()),
+        serde_json::Value::Object(map) => {
+            Value::Map(map.iter().map(|(k, v)| (k.clone(), from_json(v))).collect())
+        }
+    }
+}
+
+/// A list of samples as a condition sees it (`result[0]`).
+pub fn from_samples(samples: &[f64]) -> Value {
+    Value::Array(samples.iter().map(|s| Value::Float(*s)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AnalysisPhase::*;
+
+    fn map(pairs: &[(&str, Value)]) -> Value {
+        Value::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        )
+    }
+
+    fn holds(result: &Value, condition: &str) -> Result<bool, String> {
+        eval_condition(result, condition)
+    }
+
+    #[test]
+    fn argo_condition_examples() {
+        let good = from_samples(&[0.99]);
+        let bad = from_samples(&[0.5]);
+        assert_eq!(holds(&good, "result[0] >= 0.95"), Ok(true));
+        assert_eq!(holds(&bad, "result[0] >= 0.95"), Ok(false));
+        assert_eq!(
+            holds(&from_samples(&[3.0]), "len(result) > 0 && result[0] < 10"),
+            Ok(true)
+        );
+        assert_eq!(
+            holds(&from_samples(&[]), "len(result) > 0 && result[0] < 10"),
+            Ok(false)
+        );
+        assert_eq!(
+            holds(&from_samples(&[0.1, 0.2]), "all(result, {# < 0.3})"),
+            Ok(true)
+        );
+        assert_eq!(
+            holds(&from_samples(&[0.1, 0.5]), "all(result, {# < 0.3})"),
+            Ok(false)
+        );
+        let status = map(&[("status", Value::from("ok"))]);
+        assert_eq!(holds(&status, "result.status == \"ok\""), Ok(true));
+        assert_eq!(holds(&Value::Float(12.0), "result > 10"), Ok(true));
+    }
+
+    #[test]
+    fn nan_compares_false_and_is_detectable() {
+        let nan = from_samples(&[f64::NAN]);
+        assert_eq!(holds(&nan, "result[0] >= 0.95"), Ok(false));
+        assert_eq!(holds(&nan, "isNaN(result[0])"), Ok(true));
+        assert_eq!(holds(&from_samples(&[0.5]), "isNaN(result[0])"), Ok(false));
+        assert_eq!(evaluate(&nan, Some("result[0] >= 0.95"), None), Ok(Failed));
+        assert_eq!(
+            evaluate(&nan, Some("result[0] >= 0.95"), Some("result[0] < 0.9")),
+            Ok(Inconclusive)
+        );
+        assert_eq!(
+            holds(&from_samples(&[f64::INFINITY]), "isInf(result[0])"),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn an_empty_vector_is_an_error_that_says_no_data() {
+        let err = evaluate(&from_samples(&[]), Some("result[0] >= 0.95"), None).unwrap_err();
+        assert!(err.starts_with("could not evaluate successCondition \"result[0] >= 0.95\""));
+        assert!(
+            err.contains("no data returned from the metric provider"),
+            "{err}"
+        );
+        let err = evaluate(&Value::Nil, None, Some("result > 1")).unwrap_err();
+        assert!(
+            err.starts_with("could not evaluate failureCondition"),
+            "{err}"
+        );
+        assert!(err.contains("nil or empty"));
+    }
+
+    #[test]
+    fn a_wrong_type_is_an_error_with_the_reason() {
+        let err = evaluate(&Value::from("abc"), Some("result > 1"), None).unwrap_err();
+        assert!(err.starts_with("could not evaluate successCondition \"result > 1\": "));
+        assert!(!err.contains("nil or empty"));
+        let err = holds(&Value::Float(1.0), "result + 1").unwrap_err();
+        assert_eq!(err, "expected bool, but got float (2)");
+    }
+
+    #[test]
+    fn a_syntax_error_is_an_error_not_a_panic() {
+        let err = evaluate(&from_samples(&[1.0]), Some("result[0] >"), None).unwrap_err();
+        assert!(
+            err.starts_with("could not evaluate successCondition \"result[0] >\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn phases_from_the_two_conditions() {
+        let r = Value::Float(5.0);
+        assert_eq!(evaluate(&r, None, None), Ok(Successful));
+        assert_eq!(evaluate(&r, Some(""), Some("")), Ok(Successful));
+        assert_eq!(evaluate(&r, Some("result > 1"), None), Ok(Successful));
+        assert_eq!(evaluate(&r, Some("result > 9"), None), Ok(Failed));
+        assert_eq!(evaluate(&r, None, Some("result > 9")), Ok(Successful));
+        assert_eq!(evaluate(&r, None, Some("result > 1")), Ok(Failed));
+        assert_eq!(
+            evaluate(&r, Some("result > 1"), Some("result > 9")),
+            Ok(Successful)
+        );
+        assert_eq!(
+            evaluate(&r, Some("result > 9"), Some("result > 1")),
+            Ok(Failed)
+        );
+        assert_eq!(
+            evaluate(&r, Some("result > 1"), Some("result > 1")),
+            Ok(Failed)
+        );
+        assert_eq!(
+            evaluate(&r, Some("result > 9"), Some("result > 9")),
+            Ok(Inconclusive)
+        );
+    }
+
+    #[test]
+    fn conversions_follow_argo() {
+        assert_eq!(holds(&Value::from("42"), "asInt(result) == 42"), Ok(true));
+        assert_eq!(holds(&Value::Float(4.9), "asInt(result) == 4"), Ok(true));
+        assert_eq!(
+            holds(&Value::from("0.5"), "asFloat(result) == 0.5"),
+            Ok(true)
+        );
+        assert_eq!(
+            holds(&Value::Integer(2), "asFloat(result) == 2.0"),
+            Ok(true)
+        );
+        let err = holds(&Value::from("x"), "asInt(result) == 1").unwrap_err();
+        assert!(err.contains("asInt(\"x\")"), "{err}");
+        let err = holds(&from_samples(&[1.0]), "asFloat(result) == 1").unwrap_err();
+        assert!(err.contains("asFloat() not supported on array"), "{err}");
+    }
+
+    #[test]
+    fn is_nil_and_default_look_at_the_result() {
+        assert_eq!(holds(&Value::Nil, "isNil(result)"), Ok(true));
+        assert_eq!(holds(&Value::Float(1.0), "isNil(result)"), Ok(false));
+        assert_eq!(holds(&Value::Nil, "default(result, 0) < 1"), Ok(true));
+        assert_eq!(
+            holds(&Value::Float(5.0), "default(result, 0) < 1"),
+            Ok(false)
+        );
+    }
+
+    #[test]
+    fn json_numbers_become_floats() {
+        let v = from_json(&serde_json::json!({"count": 3, "ok": true, "items": [1, "a", null]}));
+        assert_eq!(holds(&v, "result.count == 3 && result.ok"), Ok(true));
+        assert_eq!(
+            holds(&v, "len(result.items) == 3 && result.items[2] == nil"),
+            Ok(true)
+        );
+        assert!(matches!(
+            v.as_map().and_then(|m| m.get("count")),
+            Some(Value::Float(_))
+        ));
+    }
+
+    #[test]
+    fn time_expressions_use_the_injected_now() {
+        let now: Timestamp = "2024-05-01T10:00:00Z".parse().unwrap();
+        assert_eq!(eval_time("now()", now), Ok(now));
+        assert_eq!(
+            eval_time("now() - duration(\"5m\")", now),
+            Ok("2024-05-01T09:55:00Z".parse().unwrap())
+        );
+        assert!(
+            eval_time("1 + 1", now)
+                .unwrap_err()
+                .contains("expected a time")
+        );
+        assert!(eval_time("now(", now).is_err());
+    }
+}

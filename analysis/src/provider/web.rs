@@ -1,0 +1,287 @@
+//! The Web provider: an HTTP request whose JSON answer (or the part a JSONPath picks) is the
+//! measured `result`, as Argo's web metric. A body that is not JSON is the result as text.
+
+use std::time::Duration;
+
+use expr::Value;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
+use rollouts_crds::analysis::{Measurement, Metric, WebMetric};
+
+use super::{
+    MeasurementFuture, MetricProvider, RunContext, base64, error_measurement, oauth2_credentials,
+    oauth2_token,
+};
+use crate::condition;
+
+/// Request timeout when a metric sets none (or 0).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends web metric requests. Holds one HTTP client that verifies TLS and one that does not.
+#[derive(Clone, Debug)]
+pub struct WebProvider {
+    secure: reqwest::Client,
+    insecure: reqwest::Client,
+}
+
+impl WebProvider {
+    /// A provider using the given clients (the second skips TLS verification).
+    pub fn with_clients(secure: reqwest::Client, insecure: reqwest::Client) -> Self {
+        Self { secure, insecure }
+    }
+
+    /// A provider with its own HTTP clients (see [`super::install_crypto_provider`]).
+    pub fn new() -> Result<Self, reqwest::Error> {
+        super::install_crypto_provider();
+        Ok(Self::with_clients(
+            reqwest::Client::builder().build()?,
+            reqwest::Client::builder()
+                .danger_accept_invalid_certs(true)
+                .build()?,
+        ))
+    }
+
+    async fn measure(&self, run: RunContext<'_>, metric: &Metric) -> Measurement {
+        let now = run.now;
+        let Some(web) = &metric.provider.web else {
+            return error_measurement(format!("metric {:?} has no provider.web", metric.name), now);
+        };
+        let body = match self.fetch(web).await {
+            Ok(body) => body,
+            Err(message) => return error_measurement(message, now),
+        };
+        let (value, result) = match serde_json::from_slice::<serde_json::Value>(&body) {
+            Err(_) => {
+                let text = String::from_utf8_lossy(&body).into_owned();
+                (text.clone(), Value::String(text))
+            }
+            Ok(document) => {
+                let path = web
+                    .json_path
+                    .as_deref()
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or("{$}");
+                match find(&document, path) {
+                    Ok(found) => (found.to_string(), condition::from_json(&found)),
+                    Err(message) => return error_measurement(message, now),
+                }
+            }
+        };
+        match condition::evaluate_metric(&result, metric) {
+            Ok(phase) => Measurement {
+                phase,
+                value,
+                started_at: Some(Time(now)),
+                finished_at: Some(Time(now)),
+                ..Default::default()
+            },
+            Err(message) => error_measurement(message, now),
+        }
+    }
+
+    /// Sends the request; the response body of a 2xx answer, or the reason it failed.
+    async fn fetch(&self, web: &WebMetric) -> Result<Vec<u8>, String> {
+        let method = web
+            .method
+            .as_deref()
+            .filter(|m| !m.is_empty())
+            .unwrap_or("GET");
+        let text_body = web.body.as_deref().filter(|b| !b.is_empty());
+        if text_body.is_some() && web.json_body.is_some() {
+            return Err(
+                "use either Body or JSONBody; both cannot exists for WebMetric payload".into(),
+            );
+        }
+        if (text_body.is_some() || web.json_body.is_some()) && method == "GET" {
+            return Err(
+                "Body/JSONBody can only be used with POST or PUT WebMetric Method types".into(),
+            );
+        }
+        let method = reqwest::Method::from_bytes(method.as_bytes()).map_err(|_| {
+            format!("method {method:?} is not an HTTP method: use GET, POST or PUT")
+        })?;
+        let client = if web.insecure == Some(true) {
+            &self.insecure
+        } else {
+            &self.secure
+        };
+        let timeout = match web.timeout_seconds {
+            Some(seconds) if seconds > 0 => Duration::from_secs(seconds.unsigned_abs()),
+            _ => DEFAULT_TIMEOUT,
+        };
+        let mut request = client.request(method, &web.url).timeout(timeout);
+        for header in &web.headers {
+            let name = HeaderName::from_bytes(header.key.as_bytes())
+                .map_err(|e| format!("header {:?} is not a valid header name: {e}", header.key))?;
+            let value = HeaderValue::from_str(&header.value)
+                .map_err(|e| format!("header {:?} has an invalid value: {e}", header.key))?;
+            request = request.header(name, value);
+        }
+        if let Some(auth) = &web.authentication {
+            if let Some(oauth2) = oauth2_credentials(auth.oauth2.as_ref())? {
+                let token = oauth2_token(client, &oauth2, timeout).await?;
+                request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+            }
+            if let Some(basic) = &auth.basic_auth {
+                let username = basic.username.as_deref().unwrap_or("");
+                let password = basic.password.as_deref().unwrap_or("");
+                if !username.is_empty() || !password.is_empty() {
+                    let token = base64(format!("{username}:{password}").as_bytes());
+                    request = request.header(AUTHORIZATION, format!("Basic {token}"));
+                }
+            }
+        }
+        if let Some(body) = text_body {
+            request = request.body(body.to_string());
+        } else if let Some(json) = &web.json_body {
+            request = request
+                .header(CONTENT_TYPE, "application/json")
+                .body(json.to_string());
+        }
+        let response = request.send().await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!(
+                "received non 2xx response code: {}",
+                status.as_u16()
+            ));
+        }
+        response
+            .bytes()
+            .await
+            .map(|b| b.to_vec())
+            .map_err(|e| format!("Received no bytes in response: {e}"))
+    }
+}
+
+/// One step of a JSONPath.
+#[derive(Debug, PartialEq)]
+enum Step {
+    Field(String),
+    Index(i64),
+    Wildcard,
+}
+
+/// Parses the Kubernetes JSONPath subset web metrics use: `{$}`, `{$.a.b}`, `{.a[0].b}`,
+/// `{$.a['b-c']}`, `{.items[*].x}`, `{.items[-1]}`.
+fn parse_path(template: &str) -> Result<Vec<Step>, String> {
+    let unsupported = |why: &str| format!("JSONPath {template:?} is not supported: {why}");
+    let inner = template
+        .trim()
+        .strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .ok_or_else(|| unsupported("write it as {$.field} or {.field}"))?
+        .trim();
+    let mut rest = inner.strip_prefix('$').unwrap_or(inner);
+    let mut steps = Vec::new();
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            let name = &after[..end];
+            match name {
+                "" => return Err(unsupported("empty field name")),
+                "*" => steps.push(Step::Wildcard),
+                _ => steps.push(Step::Field(name.to_string())),
+            }
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let end = after
+                .find(']')
+                .ok_or_else(|| unsupported("[ is not closed"))?;
+            let inside = after[..end].trim();
+            if inside == "*" {
+                steps.push(Step::Wildcard);
+            } else if let Some(quoted) = inside
+                .strip_prefix('\'')
+                .and_then(|q| q.strip_suffix('\''))
+                .or_else(|| inside.strip_prefix('"').and_then(|q| q.strip_suffix('"')))
+            {
+                steps.push(Step::Field(quoted.to_string()));
+            } else {
+                let index = inside
+                    .parse::<i64>()
+                    .map_err(|_| unsupported("only [index], ['name'] and [*] are supported"))?;
+                steps.push(Step::Index(index));
+            }
+            rest = &after[end + 1..];
+        } else {
+            return Err(unsupported("expected . or ["));
+        }
+    }
+    Ok(steps)
+}
+
+/// The first value the JSONPath selects in `document`.
+fn find(document: &serde_json::Value, template: &str) -> Result<serde_json::Value, String> {
+    let steps = parse_path(template)?;
+    let mut current = vec![document];
+    for step in &steps {
+        let mut next = Vec::new();
+        for value in current {
+            match (step, value) {
+                (Step::Field(name), serde_json::Value::Object(map)) => {
+                    next.extend(map.get(name));
+                }
+                (Step::Index(i), serde_json::Value::Array(items)) => {
+                    let index = if *i < 0 { items.len() as i64 + i } else { *i };
+                    next.extend(usize::try_from(index).ok().and_then(|i| items.get(i)));
+                }
+                (Step::Wildcard, serde_json::Value::Array(items)) => next.extend(items),
+                (Step::Wildcard, serde_json::Value::Object(map)) => next.extend(map.values()),
+                _ => {}
+            }
+        }
+        if next.is_empty() {
+            return Err(format!(
+                "Could not find JSONPath in body: {template} selects nothing at {step:?}"
+            ));
+        }
+        current = next;
+    }
+    current
+        .first()
+        .map(|v| (*v).clone())
+        .ok_or_else(|| "result of web metric produced no value".to_string())
+}
+
+impl MetricProvider for WebProvider {
+    fn kind(&self) -> &'static str {
+        "Web"
+    }
+
+    fn run<'a>(&'a self, run: RunContext<'a>, metric: &'a Metric) -> MeasurementFuture<'a> {
+        Box::pin(self.measure(run, metric))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_paths_select_like_kubernetes() {
+        let doc = json!({
+            "data": {"ok": true, "rate": 0.5, "my-key": "v"},
+            "items": [{"x": 1}, {"x": 2}]
+        });
+        assert_eq!(find(&doc, "{$}").unwrap(), doc);
+        assert_eq!(find(&doc, "{$.data.rate}").unwrap(), json!(0.5));
+        assert_eq!(find(&doc, "{.data.ok}").unwrap(), json!(true));
+        assert_eq!(find(&doc, "{$.data['my-key']}").unwrap(), json!("v"));
+        assert_eq!(find(&doc, "{.items[1].x}").unwrap(), json!(2));
+        assert_eq!(find(&doc, "{.items[-1].x}").unwrap(), json!(2));
+        assert_eq!(find(&doc, "{.items[*].x}").unwrap(), json!(1));
+        assert!(
+            find(&doc, "{.data.missing}")
+                .unwrap_err()
+                .contains("selects nothing")
+        );
+        assert!(find(&doc, "$.data").unwrap_err().contains("not supported"));
+        assert!(
+            find(&doc, "{.items[?(@.x==1)]}")
+                .unwrap_err()
+                .contains("not supported")
+        );
+    }
+}
