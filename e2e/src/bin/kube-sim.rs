@@ -1,0 +1,91 @@
+//! `kube-sim`: serves the Kubernetes API simulator until killed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use rollouts_e2e::sim::{Faults, SimOptions, start};
+
+/// A Kubernetes API server and workload simulator on a loopback port.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// Address to listen on; port 0 picks a free one. The bound address is printed on stdout.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: std::net::SocketAddr,
+    /// Write a kubeconfig for this server here (context kube-sim, namespace default, no auth).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Create every CRD in this directory at start (repeatable).
+    #[arg(long = "crds")]
+    crds: Vec<PathBuf>,
+    /// Append every request served to this file as JSON lines.
+    #[arg(long)]
+    request_log: Option<PathBuf>,
+    /// Share of requests (0..1) answered 500 InternalError.
+    #[arg(long, default_value_t = 0.0)]
+    error_rate: f64,
+    /// Share of writes (0..1) answered 409 Conflict.
+    #[arg(long, default_value_t = 0.0)]
+    conflict_rate: f64,
+    /// End every watch stream after this many events.
+    #[arg(long)]
+    watch_cut_after: Option<u64>,
+    /// Milliseconds added to every resource request.
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Milliseconds a pod takes to become Ready (template annotation sim.rollouts.dev/ready-after overrides).
+    #[arg(long, default_value_t = 1000)]
+    pod_ready_after_ms: u64,
+    /// Events retained for watches to resume from.
+    #[arg(long, default_value_t = 10_000)]
+    event_log_capacity: usize,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    for (flag, rate) in [
+        ("--error-rate", args.error_rate),
+        ("--conflict-rate", args.conflict_rate),
+    ] {
+        if !(0.0..=1.0).contains(&rate) {
+            eprintln!("kube-sim: {flag} {rate}: must be between 0 and 1");
+            return ExitCode::from(2);
+        }
+    }
+    let options = SimOptions {
+        listen: args.listen,
+        crd_dirs: args.crds,
+        faults: Faults {
+            error_rate: args.error_rate,
+            conflict_rate: args.conflict_rate,
+            watch_cut_after: args.watch_cut_after,
+            latency: Duration::from_millis(args.latency_ms),
+        },
+        request_log_file: args.request_log,
+        event_log_capacity: args.event_log_capacity,
+        pod_ready_after: Duration::from_millis(args.pod_ready_after_ms),
+        ..SimOptions::default()
+    };
+    let sim = match start(options) {
+        Ok(sim) => sim,
+        Err(e) => {
+            eprintln!("kube-sim: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(path) = &args.kubeconfig
+        && let Err(e) = sim.write_kubeconfig(path)
+    {
+        eprintln!("kube-sim: --kubeconfig {}: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
+    println!("{}", sim.address());
+    eprintln!("kube-sim: serving {}", sim.url());
+    if let Err(e) = sim.wait_for_signal() {
+        eprintln!("kube-sim: waiting for a signal: {e}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
