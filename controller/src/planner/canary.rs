@@ -1,8 +1,7 @@
 //! The canary step machine for a canary without a traffic router: the canary weight is
 //! approximated by replica counts, services select the canary and stable revisions.
 //!
-//! Rollouts this module does not plan yet (blue-green, a canary with `trafficRouting`) get
-//! [`Plan`]s that change nothing.
+//! A canary with `trafficRouting` is not planned yet: it gets a [`Plan`] that changes nothing.
 
 use std::time::Duration;
 
@@ -12,9 +11,9 @@ use rollouts_crds::FieldError;
 use rollouts_crds::analysis::AnalysisPhase;
 use rollouts_crds::conditions::*;
 use rollouts_crds::rollout::{
-    CanaryStep, CanaryStrategy, PauseCondition, ProgressType, ReplicaProgressThreshold, Rollout,
-    RolloutAnalysisRunStatus, RolloutCondition, RolloutStatus, SCALE_DOWN_DEADLINE_ANNOTATION_KEY,
-    TrafficWeights, WeightDestination,
+    CanaryStep, CanaryStrategy, PauseCondition, ProgressType, ROLLOUT_TYPE_STEP,
+    ReplicaProgressThreshold, Rollout, RolloutAnalysisRunStatus, RolloutCondition, RolloutStatus,
+    SCALE_DOWN_DEADLINE_ANNOTATION_KEY, TrafficWeights, WeightDestination,
 };
 
 use super::hash::pod_template_hash_of_value;
@@ -22,15 +21,17 @@ use super::replicas::{
     BasicCanaryInputs, CanaryStableCounts, Fenceposts, MAX_WEIGHT, ReplicaSetCount, actual_weight,
     calculate_replica_counts_for_canary,
 };
-use super::status::{deadline_of, is_healthy, made_progress, phase, timed_out};
+use super::status::{
+    Progress, deadline_of, is_healthy, made_progress, phase, set_conditions, timed_out,
+};
 use super::validation::{ValidSpec, validate};
 use super::{
     AnalysisRunToCreate, CanaryWeight, Event, EventType, NewReplicaSet, Observed,
     ObservedAnalysisRun, ObservedReplicaSet, Plan, ReplicaSetScale, ServiceSelector,
 };
 
-/// Plans the next move of `rollout` from what was `observed`, at `now`.
-pub fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
+/// Plans the next move of a canary `rollout` from what was `observed`, at `now`.
+pub(super) fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
     let Some(canary) = rollout.spec.strategy.canary.as_ref() else {
         return Plan::unchanged(rollout);
     };
@@ -50,7 +51,7 @@ pub fn steps_hash(steps: &[CanaryStep]) -> String {
 }
 
 /// Sets `InvalidSpec` and touches nothing running.
-fn invalid_spec(rollout: &Rollout, error: &FieldError, now: Timestamp) -> Plan {
+pub(super) fn invalid_spec(rollout: &Rollout, error: &FieldError, now: Timestamp) -> Plan {
     let mut plan = Plan::unchanged(rollout);
     let previous = plan.status.clone();
     let message = error.to_string();
@@ -80,18 +81,63 @@ fn invalid_spec(rollout: &Rollout, error: &FieldError, now: Timestamp) -> Plan {
     plan
 }
 
-fn generation_string(rollout: &Rollout) -> String {
+pub(super) fn generation_string(rollout: &Rollout) -> String {
     rollout.metadata.generation.unwrap_or_default().to_string()
 }
 
 /// Pause and abort decisions taken during one plan, applied to status at the end.
 #[derive(Default)]
-struct PauseDecisions {
-    add: Vec<&'static str>,
-    remove: Vec<&'static str>,
-    clear: bool,
-    add_abort: Option<String>,
-    remove_abort: bool,
+pub(super) struct PauseDecisions {
+    pub add: Vec<&'static str>,
+    pub remove: Vec<&'static str>,
+    pub clear: bool,
+    pub add_abort: Option<String>,
+    pub remove_abort: bool,
+}
+
+impl PauseDecisions {
+    /// The update is aborted once this plan's decisions apply to `base`.
+    pub fn is_aborted(&self, base: &RolloutStatus) -> bool {
+        !self.remove_abort && (self.add_abort.is_some() || base.abort)
+    }
+
+    /// Writes the decisions over `base` into `next`: abort, pause conditions, controllerPause.
+    pub fn apply(&self, base: &RolloutStatus, now: Timestamp, next: &mut RolloutStatus) {
+        let now = Time(now);
+        if self.is_aborted(base) {
+            next.abort = true;
+            next.aborted_at = Some(base.aborted_at.clone().unwrap_or(now));
+            next.pause_conditions.clear();
+            next.controller_pause = false;
+            return;
+        }
+        next.abort = false;
+        next.aborted_at = None;
+        if self.clear {
+            next.pause_conditions.clear();
+            next.controller_pause = false;
+            return;
+        }
+        let present = |reason: &str| base.pause_conditions.iter().any(|c| c.reason == reason);
+        let mut conditions: Vec<PauseCondition> = base
+            .pause_conditions
+            .iter()
+            .filter(|condition| !self.remove.contains(&condition.reason.as_str()))
+            .cloned()
+            .collect();
+        let mut controller_pause = base.controller_pause;
+        for reason in &self.add {
+            if !present(reason) {
+                conditions.push(PauseCondition {
+                    reason: (*reason).into(),
+                    start_time: now.clone(),
+                });
+                controller_pause = true;
+            }
+        }
+        next.controller_pause = controller_pause && !conditions.is_empty();
+        next.pause_conditions = conditions;
+    }
 }
 
 struct Planner<'a> {
@@ -263,7 +309,7 @@ impl<'a> Planner<'a> {
     }
 
     fn is_aborted(&self) -> bool {
-        !self.pause.remove_abort && (self.pause.add_abort.is_some() || self.base.abort)
+        self.pause.is_aborted(&self.base)
     }
 
     fn initial_deploy(&self) -> bool {
@@ -378,6 +424,7 @@ impl<'a> Planner<'a> {
                 plan.create_analysis_runs.push(AnalysisRunToCreate {
                     name: name.clone(),
                     step_index: index,
+                    rollout_type: ROLLOUT_TYPE_STEP.into(),
                     pod_template_hash: self.current_hash.clone(),
                     stable_pod_template_hash: self.base.stable_rs.clone(),
                     analysis: analysis.clone(),
@@ -868,202 +915,30 @@ impl<'a> Planner<'a> {
     }
 
     fn apply_pause_decisions(&mut self, next: &mut RolloutStatus) {
-        let now = Time(self.now);
-        if self.is_aborted() {
-            next.abort = true;
-            next.aborted_at = Some(self.base.aborted_at.clone().unwrap_or(now));
-            next.pause_conditions.clear();
-            next.controller_pause = false;
-            return;
-        }
-        next.abort = false;
-        next.aborted_at = None;
-        if self.pause.clear {
-            next.pause_conditions.clear();
-            next.controller_pause = false;
-            return;
-        }
-        let mut conditions: Vec<PauseCondition> = self
-            .base
-            .pause_conditions
-            .iter()
-            .filter(|condition| !self.pause.remove.contains(&condition.reason.as_str()))
-            .cloned()
-            .collect();
-        let mut controller_pause = self.base.controller_pause;
-        for reason in &self.pause.add {
-            if self.pause_condition(reason).is_none() {
-                conditions.push(PauseCondition {
-                    reason: (*reason).into(),
-                    start_time: now.clone(),
-                });
-                controller_pause = true;
-            }
-        }
-        next.controller_pause = controller_pause && !conditions.is_empty();
-        next.pause_conditions = conditions;
+        self.pause.apply(&self.base, self.now, next);
     }
 
     fn set_conditions(&mut self, next: &mut RolloutStatus) {
-        let now = Time(self.now);
         let previous = self.previous();
-        let condition = |type_: &str, status: &str, reason: &str, message: String| {
-            RolloutCondition::new(type_, status, reason, message, now.clone())
-        };
-        next.remove_condition(INVALID_SPEC);
-        let is_paused = !next.pause_conditions.is_empty() || self.rollout.spec.is_paused();
-        let was_aborted = previous
-            .condition(PROGRESSING)
-            .is_some_and(|c| c.reason == ROLLOUT_ABORTED_REASON);
-        let revision = self.revision();
-        let rs_name = self.new_rs_name();
-
-        let paused_true = next
-            .condition(PAUSED)
-            .is_some_and(RolloutCondition::is_true);
-        if is_paused != paused_true && !next.abort {
-            let status = if is_paused { STATUS_TRUE } else { STATUS_FALSE };
-            next.set_condition(condition(
-                PAUSED,
-                status,
-                ROLLOUT_PAUSED_REASON,
-                ROLLOUT_PAUSED_MESSAGE.into(),
-            ));
-        }
-
         let healthy = is_healthy(
             &self.rollout.spec,
             &generation_string(self.rollout),
             &previous,
             next,
         );
-        let mut became_unhealthy = false;
-        if !is_paused && healthy {
-            next.set_condition(condition(
-                HEALTHY,
-                STATUS_TRUE,
-                ROLLOUT_HEALTHY_REASON,
-                ROLLOUT_HEALTHY_MESSAGE.into(),
-            ));
-        } else if next.condition(HEALTHY).is_some() {
-            became_unhealthy = next.set_condition(condition(
-                HEALTHY,
-                STATUS_FALSE,
-                ROLLOUT_HEALTHY_REASON,
-                ROLLOUT_NOT_HEALTHY_MESSAGE.into(),
-            ));
-        }
-
-        if next.abort {
-            let mut message = format!("Rollout aborted update to revision {revision}");
-            if let Some(reason) = &self.pause.add_abort {
-                message = format!("{message}: {reason}");
-            }
-            let aborted = condition(
-                PROGRESSING,
-                STATUS_FALSE,
-                ROLLOUT_ABORTED_REASON,
-                message.clone(),
-            );
-            if next.set_condition(aborted) {
-                self.event(EventType::Warning, ROLLOUT_ABORTED_REASON, message);
-            }
-        } else if is_paused {
-            next.set_condition(condition(
-                PROGRESSING,
-                STATUS_UNKNOWN,
-                ROLLOUT_PAUSED_REASON,
-                ROLLOUT_PAUSED_MESSAGE.into(),
-            ));
-        } else {
-            let current = previous.condition(PROGRESSING).cloned();
-            if was_aborted {
-                next.set_condition(condition(
-                    PROGRESSING,
-                    STATUS_UNKNOWN,
-                    ROLLOUT_RETRY_REASON,
-                    ROLLOUT_RETRY_MESSAGE.into(),
-                ));
-            } else if current
-                .as_ref()
-                .is_some_and(|c| c.reason == ROLLOUT_PAUSED_REASON)
-            {
-                next.set_condition(condition(
-                    PROGRESSING,
-                    STATUS_UNKNOWN,
-                    ROLLOUT_RESUMED_REASON,
-                    ROLLOUT_RESUMED_MESSAGE.into(),
-                ));
-            }
-            if healthy {
-                next.set_condition(condition(
-                    PROGRESSING,
-                    STATUS_TRUE,
-                    NEW_RS_AVAILABLE_REASON,
-                    format!("ReplicaSet \"{rs_name}\" has successfully progressed."),
-                ));
-            } else if made_progress(&previous, next) || became_unhealthy {
-                let stable_again = next.stable_rs == next.current_pod_hash && became_unhealthy;
-                let (reason, message) = if stable_again {
-                    (
-                        REPLICA_SET_NOT_AVAILABLE_REASON,
-                        NOT_AVAILABLE_MESSAGE.to_string(),
-                    )
-                } else {
-                    (
-                        REPLICA_SET_UPDATED_REASON,
-                        format!("ReplicaSet \"{rs_name}\" is progressing."),
-                    )
-                };
-                let mut progressing = condition(PROGRESSING, STATUS_TRUE, reason, message);
-                // Progress refreshes lastUpdateTime even when the reason stays the same.
-                if let Some(current) = next.condition(PROGRESSING)
-                    && current.status == STATUS_TRUE
-                {
-                    progressing.last_transition_time = current.last_transition_time.clone();
-                }
-                next.remove_condition(PROGRESSING);
-                next.set_condition(progressing);
-            } else if !self.indefinite_step()
-                && !self.waiting_for_scale_down()
-                && timed_out(next, self.deadline_seconds(), self.now)
-            {
-                next.set_condition(condition(
-                    PROGRESSING,
-                    STATUS_FALSE,
-                    TIMED_OUT_REASON,
-                    format!("ReplicaSet \"{rs_name}\" has timed out progressing."),
-                ));
-            }
-        }
-
-        let (status, message) = if next.available_replicas >= self.spec_replicas {
-            (STATUS_TRUE, AVAILABLE_MESSAGE)
-        } else {
-            (STATUS_FALSE, NOT_AVAILABLE_MESSAGE)
+        let rs_name = self.new_rs_name();
+        let progress = Progress {
+            rollout: self.rollout,
+            now: self.now,
+            healthy,
+            abort_reason: self.pause.add_abort.as_deref(),
+            revision: self.revision(),
+            rs_name: &rs_name,
+            current_hash: &self.current_hash,
+            deadline_paused: self.indefinite_step() || self.waiting_for_scale_down(),
         };
-        next.set_condition(condition(
-            AVAILABLE,
-            status,
-            AVAILABLE_REASON,
-            message.into(),
-        ));
-
-        let completed = !next.stable_rs.is_empty() && next.stable_rs == next.current_pod_hash;
-        let status = if completed { STATUS_TRUE } else { STATUS_FALSE };
-        let changed = next.set_condition(condition(
-            COMPLETED,
-            status,
-            ROLLOUT_COMPLETED_REASON,
-            ROLLOUT_COMPLETED_REASON.into(),
-        ));
-        if changed && !completed {
-            let message = format!(
-                "Rollout not completed, started update to revision {revision} ({})",
-                self.current_hash
-            );
-            self.event(EventType::Normal, ROLLOUT_NOT_COMPLETED_REASON, message);
-        }
+        let events = set_conditions(&progress, next);
+        self.events.extend(events);
     }
 
     /// Look again when the progress deadline would pass, unless nothing is expected to move.
@@ -1158,7 +1033,7 @@ impl<'a> Planner<'a> {
     }
 }
 
-fn pause_expiry(start: &Time, duration: Duration) -> Timestamp {
+pub(super) fn pause_expiry(start: &Time, duration: Duration) -> Timestamp {
     let duration = SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX);
     start.0.checked_add(duration).unwrap_or(Timestamp::MAX)
 }
@@ -1182,7 +1057,7 @@ fn progress_threshold_met(
     }
 }
 
-fn phase_name(phase: AnalysisPhase) -> &'static str {
+pub(super) fn phase_name(phase: AnalysisPhase) -> &'static str {
     match phase {
         AnalysisPhase::Pending => "Pending",
         AnalysisPhase::Running => "Running",

@@ -2,24 +2,34 @@
 //! true next. Plain data in, plain data out; no client, no clock, no I/O.
 //!
 //! [`plan`] owns the canary step machine (current step, pause conditions, promote,
-//! promote-full, abort, retry, restart on a new template, fast rollback, progress deadline).
+//! promote-full, abort, retry, restart on a new template, fast rollback, progress deadline) and
+//! the blue-green switch (preview, pause, pre/post-promotion analysis, scale-down delay).
 //! Everything it decides is written back into `status`, so a restarted controller planning
 //! from the same status takes the same next action.
 
+mod bluegreen;
 mod canary;
 pub mod hash;
 pub mod replicas;
 mod status;
 mod validation;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use rollouts_crds::analysis::AnalysisPhase;
-use rollouts_crds::rollout::{Rollout, RolloutAnalysis, RolloutStatus};
+use rollouts_crds::rollout::{PodTemplateMetadata, Rollout, RolloutAnalysis, RolloutStatus};
 
-pub use canary::{plan, steps_hash};
+pub use canary::steps_hash;
+
+/// Plans the next move of `rollout` from what was `observed`, at `now`: blue-green or canary.
+pub fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
+    match rollout.spec.strategy.blue_green.as_ref() {
+        Some(blue_green) => bluegreen::plan(rollout, blue_green, observed, now),
+        None => canary::plan(rollout, observed, now),
+    }
+}
 
 /// Annotation carrying a ReplicaSet's revision, as Argo and Deployments write it.
 pub const REVISION_ANNOTATION: &str = "rollout.argoproj.io/revision";
@@ -65,6 +75,9 @@ pub struct ObservedAnalysisRun {
     /// `spec.terminate` is already set.
     pub terminating: bool,
     pub created: Timestamp,
+    /// The `rollout-type` label (`Step`, `Background`, `PrePromotion`, `PostPromotion`); empty
+    /// when absent.
+    pub rollout_type: String,
 }
 
 /// Everything the planner reads besides the Rollout itself.
@@ -72,6 +85,8 @@ pub struct ObservedAnalysisRun {
 pub struct Observed {
     pub replica_sets: Vec<ObservedReplicaSet>,
     pub analysis_runs: Vec<ObservedAnalysisRun>,
+    /// Services the spec names that were looked up and not found (the rest exist).
+    pub missing_services: BTreeSet<String>,
 }
 
 /// A ReplicaSet to create for the current pod template: `spec.template` with the
@@ -101,17 +116,36 @@ pub struct ServiceSelector {
     pub pod_template_hash: String,
 }
 
-/// An AnalysisRun to create from a step's templates, labelled `rollout-type: Step`,
-/// `step-index` and `rollouts-pod-template-hash` so the next plan finds it again.
+/// An AnalysisRun to create, labelled `rollout-type: <rollout_type>`, `step-index` (step runs
+/// only) and `rollouts-pod-template-hash` so the next plan finds it again.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AnalysisRunToCreate {
     pub name: String,
+    /// The canary step that runs it; meaningful only when `rollout_type` is `Step`.
     pub step_index: i32,
+    /// Value of the `rollout-type` label: `Step`, `PrePromotion` or `PostPromotion`.
+    pub rollout_type: String,
     /// The revision under analysis (labels the run; `Latest` arguments resolve to it).
     pub pod_template_hash: String,
     /// The stable revision (`Stable` arguments resolve to it).
     pub stable_pod_template_hash: String,
     pub analysis: RolloutAnalysis,
+}
+
+/// A `scale-down-deadline` annotation to write on a ReplicaSet: it keeps its pods until then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScaleDownDeadline {
+    pub name: String,
+    /// Written as RFC 3339 (`Timestamp`'s display).
+    pub deadline: Timestamp,
+}
+
+/// Labels and annotations a ReplicaSet's pod template and running pods must carry on top of
+/// `spec.template` (blue-green `activeMetadata` / `previewMetadata`); `None` means none.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaSetMetadata {
+    pub name: String,
+    pub metadata: Option<PodTemplateMetadata>,
 }
 
 /// Kubernetes event type.
@@ -137,15 +171,20 @@ pub struct CanaryWeight {
 }
 
 /// What should be true next. The act phase applies it in this order: create the ReplicaSet,
-/// scale (in list order), point services, create and terminate runs, delete old ReplicaSets,
-/// patch status when `status_changed`, record events, requeue. Service selectors are desired
-/// state: they are written only where the live selector differs.
+/// scale (in list order) and write or clear `scale-down-deadline` annotations, point services,
+/// create and terminate runs, delete old ReplicaSets, patch status when `status_changed`, record
+/// events, requeue. Service selectors and ReplicaSet metadata are desired state: they are
+/// written only where the live object differs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     pub create_replica_set: Option<NewReplicaSet>,
     pub scale_replica_sets: Vec<ReplicaSetScale>,
     /// ReplicaSets whose `scale-down-deadline` annotation is to be removed.
     pub clear_scale_down_deadlines: Vec<String>,
+    /// `scale-down-deadline` annotations to write (applied with the scaling).
+    pub set_scale_down_deadlines: Vec<ScaleDownDeadline>,
+    /// Ephemeral metadata per ReplicaSet, as desired state: applied where it differs.
+    pub replica_set_metadata: Vec<ReplicaSetMetadata>,
     pub service_selectors: Vec<ServiceSelector>,
     pub create_analysis_runs: Vec<AnalysisRunToCreate>,
     /// Names of runs to stop (`spec.terminate: true`).
@@ -168,6 +207,8 @@ impl Plan {
             create_replica_set: None,
             scale_replica_sets: Vec::new(),
             clear_scale_down_deadlines: Vec::new(),
+            set_scale_down_deadlines: Vec::new(),
+            replica_set_metadata: Vec::new(),
             service_selectors: Vec::new(),
             create_analysis_runs: Vec::new(),
             terminate_analysis_runs: Vec::new(),
@@ -185,6 +226,7 @@ impl Plan {
         self.create_replica_set.is_none()
             && self.scale_replica_sets.is_empty()
             && self.clear_scale_down_deadlines.is_empty()
+            && self.set_scale_down_deadlines.is_empty()
             && self.create_analysis_runs.is_empty()
             && self.terminate_analysis_runs.is_empty()
             && self.delete_replica_sets.is_empty()

@@ -1,11 +1,11 @@
-//! Checks on a canary Rollout's spec that the planner relies on, with errors that name the
-//! field and the fix. Argo's controller rejects the same specs.
+//! Checks on a Rollout's spec (canary or blue-green) that the planner relies on, with errors
+//! that name the field and the fix. Argo's controller rejects the same specs.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rollouts_crds::FieldError;
-use rollouts_crds::rollout::{CanaryStrategy, Rollout};
+use rollouts_crds::rollout::{BlueGreenStrategy, CanaryStrategy, Rollout, RolloutAnalysis};
 
 use super::replicas::{Fenceposts, MAX_WEIGHT, resolve_fenceposts};
 
@@ -22,29 +22,8 @@ pub(super) fn validate(
     rollout: &Rollout,
     canary: &CanaryStrategy,
 ) -> Result<ValidSpec, FieldError> {
-    let spec = &rollout.spec;
-    if spec.workload_ref.is_some() {
-        return Err(FieldError::new(
-            "spec.workloadRef",
-            "templates referenced from a Deployment are not supported by this controller yet",
-            "write the pod template inline in spec.template",
-        ));
-    }
-    let Some(template) = spec.template.as_ref() else {
-        return Err(FieldError::new(
-            "spec.template",
-            "the Rollout has no pod template",
-            "add spec.template with the pods to run",
-        ));
-    };
-    let replicas = spec.effective_replicas();
-    if replicas < 0 {
-        return Err(FieldError::new(
-            "spec.replicas",
-            format!("{replicas} is negative"),
-            "set spec.replicas to 0 or more",
-        ));
-    }
+    let template = validate_template(rollout)?;
+    let replicas = rollout.spec.effective_replicas();
     if is_zero(canary.max_surge.as_ref()) && is_zero(canary.max_unavailable.as_ref()) {
         return Err(FieldError::new(
             "spec.strategy.canary.maxSurge",
@@ -150,10 +129,130 @@ pub(super) fn validate(
         pause_durations.push(pause_duration);
     }
     Ok(ValidSpec {
-        template: serde_json::Value::Object(template.0.clone()),
+        template,
         fenceposts,
         pause_durations,
     })
+}
+
+/// The pod template and replica count every strategy needs.
+fn validate_template(rollout: &Rollout) -> Result<serde_json::Value, FieldError> {
+    let spec = &rollout.spec;
+    if spec.workload_ref.is_some() {
+        return Err(FieldError::new(
+            "spec.workloadRef",
+            "templates referenced from a Deployment are not supported by this controller yet",
+            "write the pod template inline in spec.template",
+        ));
+    }
+    let Some(template) = spec.template.as_ref() else {
+        return Err(FieldError::new(
+            "spec.template",
+            "the Rollout has no pod template",
+            "add spec.template with the pods to run",
+        ));
+    };
+    let replicas = spec.effective_replicas();
+    if replicas < 0 {
+        return Err(FieldError::new(
+            "spec.replicas",
+            format!("{replicas} is negative"),
+            "set spec.replicas to 0 or more",
+        ));
+    }
+    Ok(serde_json::Value::Object(template.0.clone()))
+}
+
+/// Checks a blue-green spec; returns the pod template.
+pub(super) fn validate_blue_green(
+    rollout: &Rollout,
+    blue_green: &BlueGreenStrategy,
+) -> Result<serde_json::Value, FieldError> {
+    let template = validate_template(rollout)?;
+    let path = "spec.strategy.blueGreen";
+    if rollout.spec.strategy.canary.is_some() {
+        return Err(FieldError::new(
+            "spec.strategy",
+            "both blueGreen and canary are set, but a Rollout follows one strategy",
+            "keep either spec.strategy.blueGreen or spec.strategy.canary",
+        ));
+    }
+    let active = blue_green.active_service.as_deref().unwrap_or_default();
+    if active.is_empty() {
+        return Err(FieldError::new(
+            format!("{path}.activeService"),
+            "a blue-green rollout needs the Service that receives production traffic",
+            "name an existing Service in activeService",
+        ));
+    }
+    if blue_green.preview_service.as_deref() == Some(active) {
+        return Err(FieldError::new(
+            format!("{path}.activeService"),
+            "the active and preview services are the same Service, but two are required",
+            "name a different Service in previewService or activeService",
+        ));
+    }
+    let replicas = rollout.spec.effective_replicas();
+    if let Some(count) = blue_green.preview_replica_count
+        && !(0..=replicas).contains(&count)
+    {
+        return Err(FieldError::new(
+            format!("{path}.previewReplicaCount"),
+            format!("{count} is outside 0..={replicas} (spec.replicas)"),
+            "set previewReplicaCount between 0 and spec.replicas",
+        ));
+    }
+    for (field, seconds) in [
+        ("autoPromotionSeconds", blue_green.auto_promotion_seconds),
+        ("scaleDownDelaySeconds", blue_green.scale_down_delay_seconds),
+        (
+            "scaleDownDelayRevisionLimit",
+            blue_green.scale_down_delay_revision_limit,
+        ),
+        (
+            "abortScaleDownDelaySeconds",
+            blue_green.abort_scale_down_delay_seconds,
+        ),
+    ] {
+        if let Some(value) = seconds
+            && value < 0
+        {
+            return Err(FieldError::new(
+                format!("{path}.{field}"),
+                format!("{value} is negative"),
+                format!("set {field} to 0 or more"),
+            ));
+        }
+    }
+    for (field, analysis) in [
+        ("prePromotionAnalysis", &blue_green.pre_promotion_analysis),
+        ("postPromotionAnalysis", &blue_green.post_promotion_analysis),
+    ] {
+        if analysis.as_ref().is_some_and(|a| a.templates().is_empty()) {
+            return Err(no_templates(format!("{path}.{field}.templates")));
+        }
+    }
+    if blue_green.anti_affinity.is_some() {
+        return Err(FieldError::new(
+            format!("{path}.antiAffinity"),
+            "anti-affinity between revisions is not supported by this controller yet",
+            "remove antiAffinity",
+        ));
+    }
+    Ok(template)
+}
+
+fn no_templates(path: String) -> FieldError {
+    FieldError::new(
+        path,
+        "an analysis needs at least one template",
+        "list the AnalysisTemplate(s) to run under templates",
+    )
+}
+
+/// Whether `analysis` has templates to run.
+pub(super) fn has_templates(analysis: Option<&RolloutAnalysis>) -> bool {
+    analysis.is_some_and(|a| !a.templates().is_empty())
 }
 
 fn is_zero(value: Option<&IntOrString>) -> bool {

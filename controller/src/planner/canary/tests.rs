@@ -101,6 +101,7 @@ impl World {
                 message: String::new(),
                 terminating: false,
                 created: self.now,
+                rollout_type: run.rollout_type.clone(),
             });
         }
         for name in &plan.terminate_analysis_runs {
