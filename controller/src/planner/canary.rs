@@ -1,7 +1,7 @@
-//! The canary step machine for a canary without a traffic router: the canary weight is
-//! approximated by replica counts, services select the canary and stable revisions.
-//!
-//! A canary with `trafficRouting` is not planned yet: it gets a [`Plan`] that changes nothing.
+//! The canary step machine. Without a traffic router the canary weight is approximated by
+//! replica counts and services select the canary and stable revisions; with `trafficRouting`
+//! (planned in [`traffic`]) the plan also carries the routers' desired state, and replica counts
+//! follow the weight or `setCanaryScale`.
 
 use std::time::Duration;
 
@@ -27,7 +27,8 @@ use super::status::{
 use super::validation::{ValidSpec, validate};
 use super::{
     AnalysisRunToCreate, CanaryWeight, Event, EventType, NewReplicaSet, Observed,
-    ObservedAnalysisRun, ObservedReplicaSet, Plan, ReplicaSetScale, ServiceSelector,
+    ObservedAnalysisRun, ObservedReplicaSet, Plan, ReplicaSetScale, ScaleDownDeadline,
+    ServiceSelector,
 };
 
 /// Plans the next move of a canary `rollout` from what was `observed`, at `now`.
@@ -35,10 +36,24 @@ pub(super) fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Pl
     let Some(canary) = rollout.spec.strategy.canary.as_ref() else {
         return Plan::unchanged(rollout);
     };
-    if canary.traffic_routing.is_some() {
-        return Plan::unchanged(rollout);
-    }
     match validate(rollout, canary) {
+        Ok(valid) => Planner::new(rollout, canary, valid, observed, now).run(),
+        Err(error) => invalid_spec(rollout, &error, now),
+    }
+}
+
+/// [`plan`] past the gate that refuses `trafficRouting` (see `validation::validate`): what the
+/// planner will do once the act phase applies router plans.
+#[cfg(test)]
+pub(super) fn plan_past_traffic_gate(
+    rollout: &Rollout,
+    observed: &Observed,
+    now: Timestamp,
+) -> Plan {
+    let Some(canary) = rollout.spec.strategy.canary.as_ref() else {
+        return Plan::unchanged(rollout);
+    };
+    match super::validation::validate_canary(rollout, canary) {
         Ok(valid) => Planner::new(rollout, canary, valid, observed, now).run(),
         Err(error) => invalid_spec(rollout, &error, now),
     }
@@ -236,8 +251,12 @@ impl<'a> Planner<'a> {
         (next.phase, next.message) = phase(&self.rollout.spec, &next);
 
         plan.service_selectors = self.service_selectors(&next);
-        plan.canary_weight = self.canary_weight();
-        next.canary.weights = Some(self.weights(&next, plan.canary_weight));
+        if self.routed() {
+            self.plan_traffic(&mut plan, &mut next, counts);
+        } else {
+            plan.canary_weight = self.canary_weight();
+            next.canary.weights = Some(self.weights(&next, plan.canary_weight));
+        }
         self.requeue_for_progress_deadline(&next);
         plan.status_changed = Some(&next) != self.rollout.status.as_ref();
         plan.status = next;
@@ -548,6 +567,9 @@ impl<'a> Planner<'a> {
     }
 
     fn desired_counts(&self) -> CanaryStableCounts {
+        if self.routed() {
+            return self.routed_counts();
+        }
         let count = |rs: &ObservedReplicaSet| ReplicaSetCount {
             replicas: rs.replicas,
             available: rs.available_replicas,
@@ -639,7 +661,8 @@ impl<'a> Planner<'a> {
 
     /// Older ReplicaSets serve traffic in a basic canary, so they all go to zero: unavailable
     /// pods first, then as many available ones as maxUnavailable allows, newest revision first.
-    /// One with a `scale-down-deadline` still ahead is kept until then.
+    /// One with a `scale-down-deadline` still ahead is kept until then. With a router, the
+    /// previous stable is first given a deadline (`scaleDownDelaySeconds`) after a promotion.
     fn scale_down_others(&mut self, plan: &mut Plan) {
         let available: i32 = self
             .observed
@@ -663,6 +686,21 @@ impl<'a> Planner<'a> {
                 }
             }
             if rs.replicas == 0 {
+                continue;
+            }
+            if self.routed()
+                && self.scale_down_deadline(rs).is_none()
+                && let Some(seconds) = self.routed_scale_down_delay(rs)
+            {
+                let deadline = self
+                    .now
+                    .checked_add(SignedDuration::from_secs(i64::from(seconds)))
+                    .unwrap_or(Timestamp::MAX);
+                plan.set_scale_down_deadlines.push(ScaleDownDeadline {
+                    name: rs.name.clone(),
+                    deadline,
+                });
+                self.requeue_at(deadline);
                 continue;
             }
             let unavailable = (rs.replicas - rs.available_replicas).max(0);
@@ -793,6 +831,13 @@ impl<'a> Planner<'a> {
         }
         let index = self.base.current_step_index;
         if self.step_count == 0 || index == Some(self.step_count) {
+            let routed_weight_pending = self.routed()
+                && self.step_count > 0
+                && !self.weight_in_effect(self.max_traffic_weight());
+            if routed_weight_pending {
+                // The stable is promoted only once the routers hold the canary at full weight.
+                return None;
+            }
             return Some(format!("Completed all {} canary steps", self.step_count));
         }
         None
@@ -806,7 +851,17 @@ impl<'a> Planner<'a> {
             return false;
         };
         if step.set_weight.is_some() {
+            if self.routed() {
+                return self.completed_routed_set_weight(counts);
+            }
             return self.at_desired_counts(counts);
+        }
+        if step.set_canary_scale.is_some() {
+            return self.at_routed_counts(counts);
+        }
+        if step.set_header_route.is_some() || step.set_mirror_route.is_some() {
+            // Done once its route is in the plan the routers apply.
+            return self.routes_apply(counts);
         }
         if step.pause.is_some() {
             if self.resumed_by_person() {
@@ -1094,6 +1149,8 @@ fn step_summary(step: &CanaryStep) -> String {
     }
     step.kinds().join(",")
 }
+
+mod traffic;
 
 #[cfg(test)]
 mod tests;

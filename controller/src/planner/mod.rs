@@ -19,7 +19,10 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use rollouts_crds::analysis::AnalysisPhase;
-use rollouts_crds::rollout::{PodTemplateMetadata, Rollout, RolloutAnalysis, RolloutStatus};
+use rollouts_crds::rollout::{
+    PodTemplateMetadata, Rollout, RolloutAnalysis, RolloutStatus, SetHeaderRoute, SetMirrorRoute,
+    WeightDestination,
+};
 
 pub use canary::steps_hash;
 
@@ -87,6 +90,9 @@ pub struct Observed {
     pub analysis_runs: Vec<ObservedAnalysisRun>,
     /// Services the spec names that were looked up and not found (the rest exist).
     pub missing_services: BTreeSet<String>,
+    /// The routers' `verify_weight` for the weight `status.canary.weights` records: `None` when
+    /// there is no router, no weight recorded yet, or the router cannot tell.
+    pub traffic_weight_verified: Option<bool>,
 }
 
 /// A ReplicaSet to create for the current pod template: `spec.template` with the
@@ -170,11 +176,36 @@ pub struct CanaryWeight {
     pub actual: i32,
 }
 
+/// What the traffic routers of a canary with `trafficRouting` must hold next: one field per
+/// `TrafficRouter` method (rollouts-traffic). Applied after service selectors and scaling, in
+/// this order: `remove_managed_routes`, `update_hash`, `set_header_route`, `set_mirror_route`,
+/// `set_weight`; status is patched only once they all succeeded, because the weight it records
+/// is what later plans treat as set. Every call is idempotent, so all are made on each plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrafficPlan {
+    /// `set_weight(desired_weight, additional)`: the canary's share out of `max_traffic_weight`.
+    pub desired_weight: i32,
+    /// `trafficRouting.maxTrafficWeight`, 100 unless set.
+    pub max_traffic_weight: i32,
+    /// Experiment destinations for `set_weight` / `update_hash`; empty, as experiment steps are
+    /// refused by validation.
+    pub additional: Vec<WeightDestination>,
+    /// `update_hash(canary_hash, stable_hash, additional)`; empty when that ReplicaSet is absent.
+    pub canary_hash: String,
+    pub stable_hash: String,
+    /// `set_header_route(route)` of the current `setHeaderRoute` step.
+    pub set_header_route: Option<SetHeaderRoute>,
+    /// `set_mirror_route(route)` of the current `setMirrorRoute` step.
+    pub set_mirror_route: Option<SetMirrorRoute>,
+    /// `remove_managed_routes()`: the update is over (promoted, aborted, no canary pod serves).
+    pub remove_managed_routes: bool,
+}
+
 /// What should be true next. The act phase applies it in this order: create the ReplicaSet,
 /// scale (in list order) and write or clear `scale-down-deadline` annotations, point services,
-/// create and terminate runs, delete old ReplicaSets, patch status when `status_changed`, record
-/// events, requeue. Service selectors and ReplicaSet metadata are desired state: they are
-/// written only where the live object differs.
+/// apply `traffic` to the routers, create and terminate runs, delete old ReplicaSets, patch
+/// status when `status_changed`, record events, requeue. Service selectors, ReplicaSet metadata
+/// and `traffic` are desired state: they are written only where the live object differs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     pub create_replica_set: Option<NewReplicaSet>,
@@ -192,6 +223,8 @@ pub struct Plan {
     /// Old, empty ReplicaSets beyond `revisionHistoryLimit`.
     pub delete_replica_sets: Vec<String>,
     pub canary_weight: CanaryWeight,
+    /// The traffic routers' desired state; `None` without `trafficRouting`.
+    pub traffic: Option<TrafficPlan>,
     pub status: RolloutStatus,
     /// `status` differs from the Rollout's current status.
     pub status_changed: bool,
@@ -214,6 +247,7 @@ impl Plan {
             terminate_analysis_runs: Vec::new(),
             delete_replica_sets: Vec::new(),
             canary_weight: CanaryWeight::default(),
+            traffic: None,
             status: rollout.status.clone().unwrap_or_default(),
             status_changed: false,
             events: Vec::new(),

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use rollouts_crds::rollout::{CanaryStep, RolloutTrafficRouting, SetCanaryScale};
+use rollouts_crds::rollout::{CanaryStep, SetCanaryScale};
 
 use super::*;
 use crate::planner::REVISION_ANNOTATION;
@@ -944,8 +944,6 @@ fn status_contract_for_argo_cd() {
 fn strategies_not_planned_here_are_left_alone() {
     let blue_green = Rollout::test_blue_green(NAME);
     assert!(plan(&blue_green, &Observed::default(), at(0)).is_noop());
-    let routed = rollout(3, steps()).with_traffic_routing(RolloutTrafficRouting::default());
-    assert!(plan(&routed, &Observed::default(), at(0)).is_noop());
 }
 
 #[test]

@@ -1,0 +1,363 @@
+//! The traffic-router side of the canary step machine: the weight, header and mirror routes the
+//! routers must hold ([`TrafficPlan`]), replica counts that follow the weight or
+//! `setCanaryScale`, and the gates that keep traffic on available pods (DESIGN invariant 3).
+//!
+//! Everything is read from the status as this plan found it: the weight `status.canary.weights`
+//! records is the weight the routers were last set to, and `Observed::traffic_weight_verified`
+//! says whether they still hold it.
+
+use std::time::Duration;
+
+use rollouts_crds::conditions::TRAFFIC_WEIGHT_UPDATED_REASON;
+use rollouts_crds::rollout::{
+    CanaryStep, RolloutStatus, SetCanaryScale, TrafficWeights, WeightDestination,
+};
+
+use super::super::replicas::{
+    CanaryScale, CanaryStableCounts, MAX_WEIGHT, TrafficRoutedInputs,
+    calculate_replica_counts_for_traffic_routed_canary,
+};
+use super::super::{CanaryWeight, EventType, ObservedReplicaSet, Plan, TrafficPlan};
+use super::{Planner, progress_threshold_met};
+
+/// How long to wait before asking a router again about a weight it does not hold yet (Argo's
+/// default verify retry interval).
+pub(super) const VERIFY_RETRY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long the previous stable keeps its pods after a promotion when `scaleDownDelaySeconds` is
+/// not set, so routers and endpoints have moved off them (Argo's default).
+const DEFAULT_SCALE_DOWN_DELAY_SECONDS: i32 = 30;
+
+impl<'a> Planner<'a> {
+    /// The canary has `trafficRouting`.
+    pub(super) fn routed(&self) -> bool {
+        self.canary.traffic_routing.is_some()
+    }
+
+    fn dynamic_stable_scale(&self) -> bool {
+        self.canary.dynamic_stable_scale == Some(true)
+    }
+
+    /// `maxTrafficWeight`, or 100.
+    pub(super) fn max_traffic_weight(&self) -> i32 {
+        self.canary
+            .traffic_routing
+            .as_ref()
+            .and_then(|routing| routing.max_traffic_weight)
+            .unwrap_or(MAX_WEIGHT)
+    }
+
+    /// `status.canary.weights` as this plan found it.
+    fn recorded_weights(&self) -> Option<&TrafficWeights> {
+        self.base.canary.weights.as_ref()
+    }
+
+    /// The canary weight the routers were last set to (0 when none was ever set).
+    fn recorded_weight(&self) -> i32 {
+        self.recorded_weights()
+            .map_or(0, |weights| weights.canary.weight)
+    }
+
+    /// The routers hold `weight` for the current revision: it is recorded in status (so it was
+    /// written) and the routers did not say otherwise when asked.
+    pub(super) fn weight_in_effect(&self, weight: i32) -> bool {
+        let recorded_hash = self
+            .recorded_weights()
+            .map(|weights| weights.canary.pod_template_hash.as_str());
+        let for_this_revision = weight == 0 || recorded_hash == Some(self.current_hash.as_str());
+        self.recorded_weight() == weight
+            && for_this_revision
+            && self.observed.traffic_weight_verified != Some(false)
+    }
+
+    /// The weight the steps ask for at the current step (Argo's `GetCurrentSetWeight`): the last
+    /// `setWeight` at or before it, the whole of `maxTrafficWeight` past the last step.
+    fn routed_step_weight(&self) -> i32 {
+        if self.is_aborted() {
+            return 0;
+        }
+        let index = self.step_index();
+        if index >= self.step_count {
+            return self.max_traffic_weight();
+        }
+        self.last_set_weight_through(index).unwrap_or(0)
+    }
+
+    /// The last `setWeight` among steps `0..=index`.
+    fn last_set_weight_through(&self, index: i32) -> Option<i32> {
+        let steps = self.canary.steps();
+        let end = usize::try_from(index + 1).unwrap_or(0).min(steps.len());
+        steps[..end].iter().rev().find_map(|step| step.set_weight)
+    }
+
+    /// The `setCanaryScale` in force (Argo's `UseSetCanaryScale`): the latest one at or before the
+    /// current step, unless it is `matchTrafficWeight`, the update is aborted or the steps are done.
+    fn set_canary_scale(&self) -> Option<&'a SetCanaryScale> {
+        if self.is_aborted() {
+            return None;
+        }
+        let steps: &'a [CanaryStep] = self.canary.steps();
+        let index = usize::try_from(self.step_index()).ok()?;
+        if index >= steps.len() {
+            return None;
+        }
+        let scale = steps[..=index]
+            .iter()
+            .rev()
+            .find_map(|step| step.set_canary_scale.as_ref())?;
+        (scale.match_traffic_weight != Some(true)).then_some(scale)
+    }
+
+    /// Canary and stable counts with a router: the canary sized to the weight or
+    /// `setCanaryScale`, the stable full unless `dynamicStableScale`. An aborted canary keeps its
+    /// pods until the routers hold weight 0.
+    pub(super) fn routed_counts(&self) -> CanaryStableCounts {
+        let max_weight = self.max_traffic_weight();
+        let whole =
+            self.base.promote_full || self.base.stable_rs.is_empty() || self.fully_promoted();
+        let canary_scale = match self.set_canary_scale() {
+            _ if whole => CanaryScale::Weight(max_weight),
+            Some(SetCanaryScale {
+                replicas: Some(replicas),
+                ..
+            }) => CanaryScale::Replicas(*replicas),
+            Some(SetCanaryScale {
+                weight: Some(weight),
+                ..
+            }) => CanaryScale::Weight(*weight),
+            _ => CanaryScale::Weight(self.routed_step_weight()),
+        };
+        let mut counts = calculate_replica_counts_for_traffic_routed_canary(TrafficRoutedInputs {
+            spec_replicas: self.spec_replicas,
+            canary_scale,
+            max_weight,
+            min_pods_per_replica_set: self.canary.min_pods_per_replica_set,
+            dynamic_stable_scale: self.dynamic_stable_scale(),
+            current_weights: self
+                .recorded_weights()
+                .map(|weights| (weights.canary.weight, weights.stable.weight)),
+            aborted: self.is_aborted(),
+        });
+        if self.is_aborted()
+            && !self.weight_in_effect(0)
+            && let Some(new_rs) = self.new_rs
+        {
+            counts.canary = counts.canary.max(new_rs.replicas);
+        }
+        counts
+    }
+
+    /// Argo's `AtDesiredReplicaCountsForCanary` with a router: the canary has its pods available
+    /// and, unless the stable scales with its traffic, the stable has all its pods. Older
+    /// ReplicaSets may still run: the router sends them nothing.
+    pub(super) fn at_routed_counts(&self, counts: CanaryStableCounts) -> bool {
+        let Some(new_rs) = self.new_rs else {
+            return false;
+        };
+        if !progress_threshold_met(
+            self.canary.replica_progress_threshold.as_ref(),
+            new_rs,
+            counts.canary,
+        ) {
+            return false;
+        }
+        self.dynamic_stable_scale()
+            || self.distinct_stable().is_some_and(|stable| {
+                stable.replicas == counts.stable && stable.current_replicas == counts.stable
+            })
+    }
+
+    /// A `setWeight` step with a router is done once its weight is in effect.
+    pub(super) fn completed_routed_set_weight(&self, counts: CanaryStableCounts) -> bool {
+        self.at_routed_counts(counts) && self.weight_in_effect(self.routed_step_weight())
+    }
+
+    /// Whether the current step's header and mirror routes go to the routers now: only during an
+    /// update, once the canary has the pods it is sized to (none, if the steps ask for none).
+    pub(super) fn routes_apply(&self, counts: CanaryStableCounts) -> bool {
+        !self.initial_deploy()
+            && !self.fully_promoted()
+            && !self.is_aborted()
+            && !self.base.promote_full
+            && self
+                .new_rs
+                .is_some_and(|rs| progress_threshold_met(None, rs, counts.canary))
+    }
+
+    fn canary_serving(&self) -> bool {
+        self.new_rs.is_some_and(|rs| rs.available_replicas > 0)
+    }
+
+    /// The update is over, or the canary should have pods and none serves matching requests.
+    fn remove_managed_routes(&self, counts: CanaryStableCounts) -> bool {
+        let canary_down = counts.canary > 0 && !self.canary_serving();
+        self.fully_promoted() || self.is_aborted() || self.base.promote_full || canary_down
+    }
+
+    /// The canary weight the routers are to hold next (Argo's `reconcileTrafficRouting`): raised
+    /// to a step's weight only once the canary pods for it are available, 0 once the stable is
+    /// promoted or on abort, and unchanged while the stable lacks the pods for its share.
+    fn routed_weight(&self, counts: CanaryStableCounts) -> i32 {
+        let max_weight = self.max_traffic_weight();
+        if self.fully_promoted() || self.initial_deploy() {
+            return 0;
+        }
+        if self.is_aborted() {
+            return self.weight_on_abort();
+        }
+        if !self.canary_serving() {
+            return 0;
+        }
+        let weight = if self.base.promote_full {
+            match self.new_rs {
+                Some(new_rs) if self.dynamic_stable_scale() && self.spec_replicas > 0 => {
+                    floor_share(max_weight, new_rs.available_replicas, self.spec_replicas)
+                }
+                _ => self.recorded_weight(),
+            }
+        } else if self.step_count == 0 {
+            0
+        } else if self.at_routed_counts(counts) {
+            self.routed_step_weight()
+        } else {
+            self.last_set_weight_through(self.step_index() - 1)
+                .unwrap_or(0)
+        };
+        if self.stable_can_take(max_weight - weight) {
+            weight
+        } else {
+            self.recorded_weight()
+        }
+    }
+
+    /// On abort the canary's weight goes to 0; a stable that scales with its traffic takes it
+    /// back only as fast as its pods become available.
+    fn weight_on_abort(&self) -> i32 {
+        let Some(stable) = self.distinct_stable() else {
+            return 0;
+        };
+        if !self.dynamic_stable_scale() || self.spec_replicas <= 0 {
+            return 0;
+        }
+        let max_weight = self.max_traffic_weight();
+        let stable_share = floor_share(max_weight, stable.available_replicas, self.spec_replicas);
+        (max_weight - stable_share)
+            .max(0)
+            .min(self.recorded_weight())
+    }
+
+    /// The stable has the available pods (or meets `replicaProgressThreshold`) for `weight`.
+    fn stable_can_take(&self, weight: i32) -> bool {
+        let Some(stable) = self.distinct_stable() else {
+            return true;
+        };
+        let max_weight = self.max_traffic_weight();
+        let needed = floor_share(self.spec_replicas, weight, max_weight);
+        stable.available_replicas >= needed
+            || progress_threshold_met(
+                self.canary.replica_progress_threshold.as_ref(),
+                stable,
+                needed,
+            )
+    }
+
+    /// The routers' desired state, and `status.canary.weights` recording it.
+    pub(super) fn plan_traffic(
+        &mut self,
+        plan: &mut Plan,
+        next: &mut RolloutStatus,
+        counts: CanaryStableCounts,
+    ) {
+        let max_weight = self.max_traffic_weight();
+        let desired_weight = self.routed_weight(counts);
+        let step = self.current_step().filter(|_| self.routes_apply(counts));
+        let traffic = TrafficPlan {
+            desired_weight,
+            max_traffic_weight: max_weight,
+            additional: Vec::new(),
+            canary_hash: self
+                .new_rs
+                .map(|rs| rs.pod_template_hash.clone())
+                .unwrap_or_default(),
+            stable_hash: self
+                .stable_rs
+                .map(|rs| rs.pod_template_hash.clone())
+                .unwrap_or_default(),
+            set_header_route: step.and_then(|step| step.set_header_route.clone()),
+            set_mirror_route: step.and_then(|step| step.set_mirror_route.clone()),
+            remove_managed_routes: self.remove_managed_routes(counts),
+        };
+        let mut weights = TrafficWeights {
+            canary: WeightDestination {
+                weight: desired_weight,
+                service_name: self.canary.canary_service.clone().unwrap_or_default(),
+                pod_template_hash: traffic.canary_hash.clone(),
+            },
+            stable: WeightDestination {
+                weight: max_weight - desired_weight,
+                service_name: self.canary.stable_service.clone().unwrap_or_default(),
+                pod_template_hash: traffic.stable_hash.clone(),
+            },
+            additional: traffic.additional.clone(),
+            verified: None,
+        };
+        let recorded = self.recorded_weights();
+        let unchanged = recorded.is_some_and(|recorded| {
+            recorded.canary == weights.canary
+                && recorded.stable == weights.stable
+                && recorded.additional == weights.additional
+        });
+        if unchanged {
+            weights.verified = self.observed.traffic_weight_verified;
+            if weights.verified == Some(false) {
+                self.requeue_in(VERIFY_RETRY_INTERVAL);
+            }
+        } else {
+            let change = match recorded {
+                Some(recorded) if recorded.canary.weight != desired_weight => {
+                    format!("from {} to {desired_weight}", recorded.canary.weight)
+                }
+                Some(_) => format!("to {desired_weight} (revisions changed)"),
+                None => format!("to {desired_weight}"),
+            };
+            self.event(
+                EventType::Normal,
+                TRAFFIC_WEIGHT_UPDATED_REASON,
+                format!("Traffic weight updated {change}"),
+            );
+            // The next plan reads back whether the routers took the weight.
+            self.requeue_in(Duration::ZERO);
+        }
+        plan.canary_weight = CanaryWeight {
+            desired: desired_weight,
+            actual: self.recorded_weight(),
+        };
+        next.canary.weights = Some(weights);
+        plan.traffic = Some(traffic);
+    }
+
+    /// What happens to an older ReplicaSet with a router, before maxUnavailable limits it: the
+    /// previous stable keeps its pods for `scaleDownDelaySeconds` after a promotion (returns the
+    /// delay to annotate), anything else goes to zero since the router sends it nothing.
+    pub(super) fn routed_scale_down_delay(&self, rs: &ObservedReplicaSet) -> Option<i32> {
+        if !self.fully_promoted() || self.dynamic_stable_scale() || rs.replicas == 0 {
+            return None;
+        }
+        let seconds = self
+            .canary
+            .scale_down_delay_seconds
+            .unwrap_or(DEFAULT_SCALE_DOWN_DELAY_SECONDS);
+        (seconds > 0).then_some(seconds)
+    }
+}
+
+/// `total * part / whole`, rounded down, without overflowing; 0 when `whole` is not positive.
+fn floor_share(total: i32, part: i32, whole: i32) -> i32 {
+    if whole <= 0 {
+        return 0;
+    }
+    (i64::from(total) * i64::from(part) / i64::from(whole)) as i32
+}
+
+#[cfg(test)]
+mod tests;
