@@ -669,3 +669,351 @@ async fn bundled_router_crds_and_the_project_crds_load_at_start() {
         .await
         .expect("Rollouts served");
 }
+
+/// `(manager, operation, subresource)` of every managedFields entry, and the entries' fields.
+fn owners(meta: &kube::api::ObjectMeta) -> Vec<(String, String, String, Value)> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .map(|e| {
+            (
+                e.manager.clone().unwrap_or_default(),
+                e.operation.clone().unwrap_or_default(),
+                e.subresource.clone().unwrap_or_default(),
+                e.fields_v1
+                    .as_ref()
+                    .map(|f| f.0.clone())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn owns(meta: &kube::api::ObjectMeta, manager: &str, field: &str, key: &str) -> bool {
+    owners(meta)
+        .iter()
+        .any(|(m, _, _, fields)| m == manager && fields[field].get(key).is_some())
+}
+
+fn mode_config_map(mode: &str) -> Patch<Value> {
+    Patch::Apply(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mode"}, "data": {"mode": mode}}),
+    )
+}
+
+fn managed_by(manager: &str) -> PatchParams {
+    PatchParams {
+        field_manager: Some(manager.into()),
+        ..PatchParams::default()
+    }
+}
+
+#[tokio::test]
+async fn apply_conflicts_with_a_field_merge_patched_by_another_manager_until_forced() {
+    let sim = sim();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sim));
+    cms.patch(
+        "mode",
+        &PatchParams::apply("deployer"),
+        &mode_config_map("a"),
+    )
+    .await
+    .expect("apply creates");
+    let patched = cms
+        .patch(
+            "mode",
+            &managed_by("operator"),
+            &Patch::Merge(json!({"data": {"mode": "b"}})),
+        )
+        .await
+        .expect("merge patch");
+    assert!(
+        owns(&patched.metadata, "operator", "f:data", "f:mode"),
+        "the merge patch is recorded as an Update by its field manager: {:?}",
+        owners(&patched.metadata)
+    );
+    assert!(!owns(&patched.metadata, "deployer", "f:data", "f:mode"));
+
+    let err = cms
+        .patch(
+            "mode",
+            &PatchParams::apply("deployer"),
+            &mode_config_map("c"),
+        )
+        .await
+        .expect_err("applying a value another manager set conflicts");
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error Status, got {err}");
+    };
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+    assert!(
+        status
+            .message
+            .starts_with("Apply failed with 1 conflict: conflict with \"operator\" using v1 at ")
+            && status.message.ends_with(": .data.mode"),
+        "the apply message as the API server sends it: {}",
+        status.message
+    );
+    assert_eq!(
+        cms.get("mode").await.expect("get").data.expect("data")["mode"],
+        "b"
+    );
+
+    let forced = cms
+        .patch(
+            "mode",
+            &PatchParams::apply("deployer").force(),
+            &mode_config_map("c"),
+        )
+        .await
+        .expect("a forced apply takes the field over");
+    assert_eq!(forced.data.as_ref().expect("data")["mode"], "c");
+    assert!(owns(&forced.metadata, "deployer", "f:data", "f:mode"));
+    assert!(
+        !owns(&forced.metadata, "operator", "f:data", "f:mode"),
+        "the forced apply took the field from the merge patcher: {:?}",
+        owners(&forced.metadata)
+    );
+}
+
+#[tokio::test]
+async fn creates_puts_and_status_writes_record_their_field_managers() {
+    let sim = sim();
+    let client = client(&sim);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let created = cms
+        .create(
+            &PostParams {
+                field_manager: Some("creator".into()),
+                ..PostParams::default()
+            },
+            &config_map("owned", json!({"a": "1"})),
+        )
+        .await
+        .expect("create");
+    assert!(owns(&created.metadata, "creator", "f:data", "f:a"));
+    let mut changed = created.clone();
+    changed.data = Some([("a".to_string(), "2".to_string())].into());
+    let replaced = cms
+        .replace(
+            "owned",
+            &PostParams {
+                field_manager: Some("replacer".into()),
+                ..PostParams::default()
+            },
+            &changed,
+        )
+        .await
+        .expect("replace");
+    assert!(owns(&replaced.metadata, "replacer", "f:data", "f:a"));
+    assert!(!owns(&replaced.metadata, "creator", "f:data", "f:a"));
+
+    let deployments: Api<Deployment> = Api::default_namespaced(client);
+    deployments
+        .create(&PostParams::default(), &deployment())
+        .await
+        .expect("create deployment");
+    let status_written = deployments
+        .patch_status(
+            "web",
+            &managed_by("status-writer"),
+            &Patch::Merge(json!({"status": {"observedGeneration": 7}})),
+        )
+        .await
+        .expect("status patch");
+    assert!(
+        owners(&status_written.metadata)
+            .iter()
+            .any(|(m, op, sub, fields)| m == "status-writer"
+                && op == "Update"
+                && sub == "status"
+                && fields["f:status"].get("f:observedGeneration").is_some()),
+        "a /status write is recorded with its subresource: {:?}",
+        owners(&status_written.metadata)
+    );
+    let applied = deployments
+        .patch(
+            "web",
+            &PatchParams::apply("deployer"),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"tier": "web"}}, "status": {"replicas": 9}})),
+        )
+        .await
+        .expect("apply to the main resource");
+    assert!(
+        owners(&applied.metadata)
+            .iter()
+            .filter(|(m, ..)| m == "deployer")
+            .all(|(.., fields)| fields.get("f:status").is_none()),
+        "status sent to the main resource is not owned: {:?}",
+        owners(&applied.metadata)
+    );
+    let status_applied = deployments
+        .patch_status(
+            "web",
+            &PatchParams::apply("status-applier").force(),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "status": {"observedGeneration": 8}})),
+        )
+        .await
+        .expect("apply to /status");
+    assert!(
+        owners(&status_applied.metadata)
+            .iter()
+            .any(|(m, op, sub, _)| m == "status-applier" && op == "Apply" && sub == "status"),
+        "{:?}",
+        owners(&status_applied.metadata)
+    );
+}
+
+#[tokio::test]
+async fn no_op_writes_bump_no_resource_version_and_announce_nothing() {
+    let sim = sim();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sim));
+    let applied = cms
+        .patch(
+            "mode",
+            &PatchParams::apply("deployer"),
+            &mode_config_map("a"),
+        )
+        .await
+        .expect("apply creates");
+    let rv = applied.metadata.resource_version.clone().expect("rv");
+
+    let replaced = cms
+        .replace("mode", &PostParams::default(), &applied)
+        .await
+        .expect("no-op replace");
+    let merged = cms
+        .patch(
+            "mode",
+            &managed_by("operator"),
+            &Patch::Merge(json!({"data": {"mode": "a"}})),
+        )
+        .await
+        .expect("no-op merge patch");
+    let reapplied = cms
+        .patch(
+            "mode",
+            &PatchParams::apply("deployer"),
+            &mode_config_map("a"),
+        )
+        .await
+        .expect("no-op apply");
+    for (write, object) in [
+        ("replace", &replaced),
+        ("merge patch", &merged),
+        ("apply", &reapplied),
+    ] {
+        assert_eq!(
+            object.metadata.resource_version.as_deref(),
+            Some(rv.as_str()),
+            "a no-op {write} keeps the resourceVersion"
+        );
+        assert_eq!(
+            object.metadata.managed_fields,
+            applied.metadata.managed_fields
+        );
+    }
+
+    let mut events = cms
+        .watch(&kube::api::WatchParams::default(), &rv)
+        .await
+        .expect("watch from the first resourceVersion")
+        .boxed();
+    cms.patch(
+        "mode",
+        &managed_by("operator"),
+        &Patch::Merge(json!({"data": {"mode": "b"}})),
+    )
+    .await
+    .expect("a real change");
+    let first = tokio::time::timeout(WAIT, events.next())
+        .await
+        .expect("an event within the deadline")
+        .expect("the stream is open")
+        .expect("a watch event");
+    match first {
+        kube::api::WatchEvent::Modified(cm) => assert_eq!(
+            cm.data.expect("data")["mode"],
+            "b",
+            "the first event after the no-op writes is the real change"
+        ),
+        other => panic!("expected MODIFIED for the real change, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn eviction_deletes_the_pod_and_newer_kinds_are_served() {
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+    use k8s_openapi::api::core::v1::{Endpoints, Pod, ServiceAccount};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+
+    let sim = sim();
+    let client = client(&sim);
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "evictee"}, "spec": {"containers": [{"name": "main", "image": "nginx:1"}]}}))
+            .expect("valid Pod"),
+    )
+    .await
+    .expect("create pod");
+    let status = pods
+        .evict("evictee", &kube::api::EvictParams::default())
+        .await
+        .expect("evict");
+    assert_eq!(
+        status.status,
+        Some(kube::core::response::StatusSummary::Success)
+    );
+    eventually("the evicted pod is gone", WAIT, || async {
+        pods.get_opt("evictee").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let missing = pods
+        .evict("evictee", &kube::api::EvictParams::default())
+        .await
+        .expect_err("evicting a missing pod");
+    assert_eq!(api_error(missing), (404, "NotFound".to_string()));
+
+    async fn round_trip<K>(api: Api<K>, object: Value)
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("name")
+            .to_string();
+        let typed: K = serde_json::from_value(object).expect("valid object");
+        api.create(&PostParams::default(), &typed)
+            .await
+            .unwrap_or_else(|e| panic!("create {} {name}: {e}", K::kind(&())));
+        let listed = api.list(&ListParams::default()).await.expect("list");
+        assert_eq!(listed.items.len(), 1, "{} is stored", K::kind(&()));
+    }
+
+    let named = |name: &str| json!({"metadata": {"name": name}});
+    let selector = json!({"matchLabels": {"app": "web"}});
+    round_trip::<PodDisruptionBudget>(
+        Api::default_namespaced(client.clone()),
+        json!({"metadata": {"name": "web"}, "spec": {"minAvailable": 1, "selector": selector}}),
+    )
+    .await;
+    round_trip::<HorizontalPodAutoscaler>(Api::default_namespaced(client.clone()), json!({"metadata": {"name": "web"}, "spec": {"maxReplicas": 3, "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}})).await;
+    round_trip::<Endpoints>(Api::default_namespaced(client.clone()), named("web")).await;
+    round_trip::<EndpointSlice>(
+        Api::default_namespaced(client.clone()),
+        json!({"metadata": {"name": "web-1"}, "addressType": "IPv4", "endpoints": []}),
+    )
+    .await;
+    round_trip::<ServiceAccount>(Api::default_namespaced(client.clone()), named("web")).await;
+    round_trip::<Role>(Api::default_namespaced(client.clone()), named("web")).await;
+    round_trip::<RoleBinding>(Api::default_namespaced(client.clone()), json!({"metadata": {"name": "web"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "web"}})).await;
+    round_trip::<ClusterRole>(Api::all(client.clone()), named("web")).await;
+    round_trip::<ClusterRoleBinding>(Api::all(client.clone()), json!({"metadata": {"name": "web"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "web"}})).await;
+}

@@ -4,109 +4,16 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{eventually_blocking, sim, widget_crd};
-use rollouts_e2e::sim::SimHandle;
+use common::kubectl::Kubectl;
+use common::{eventually_blocking, widget_crd};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "kube-sim-{label}-{}-{}",
-            std::process::id(),
-            rollouts_e2e::sim::meta::random_suffix(8)
-        ));
-        std::fs::create_dir_all(&dir).expect("create a temp dir");
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        // Leftovers in the temp dir are harmless if removal fails.
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn find_on_path(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
-
-/// kubectl with its own kubeconfig and a fresh discovery cache.
-struct Kubectl {
-    sim: SimHandle,
-    dir: TempDir,
-    binary: PathBuf,
-}
-
-impl Kubectl {
-    fn new(label: &str) -> Self {
-        let binary = find_on_path("kubectl").unwrap_or_else(|| {
-            panic!(
-                "kubectl is not on PATH: install kubectl 1.32 (CI does) to run the kubectl tests"
-            )
-        });
-        let sim = sim();
-        let dir = TempDir::new(label);
-        sim.write_kubeconfig(&dir.0.join("kubeconfig"))
-            .expect("write kubeconfig");
-        Self { sim, dir, binary }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.0.join(name)
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(&self.binary);
-        cmd.arg("--kubeconfig")
-            .arg(self.path("kubeconfig"))
-            .arg("--cache-dir")
-            .arg(self.path("cache"))
-            .args(args);
-        cmd.env_remove("KUBECONFIG");
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("kubectl runs")
-    }
-
-    /// Runs kubectl and returns stdout, failing the test with stderr when it fails.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let mut full = args.to_vec();
-        full.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&full)).expect("kubectl prints JSON")
-    }
-
-    fn write(&self, name: &str, value: &Value) -> String {
-        let path = self.path(name);
-        std::fs::write(&path, serde_json::to_vec_pretty(value).expect("json"))
-            .expect("write manifest");
-        path.to_string_lossy().into_owned()
-    }
-}
 
 fn deployment(image: &str, with_sidecar: bool) -> Value {
     let mut containers =
@@ -407,4 +314,86 @@ fn plugins_are_found_on_path() {
 fn make_executable(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod plugin");
+}
+
+fn managers(live: &Value) -> Vec<String> {
+    live["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            format!(
+                "{}/{}",
+                e["manager"].as_str().unwrap_or_default(),
+                e["operation"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn client_side_apply_migrates_to_server_side_apply_without_conflicts() {
+    let k = Kubectl::new("csa-to-ssa");
+    let manifest = k.write("cm.json", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "labels": {"team": "blue"}}, "data": {"a": "1", "b": "2"}}));
+    k.ok(&["apply", "-f", &manifest]);
+    let client_side = k.json(&["get", "configmap", "settings", "--show-managed-fields"]);
+    assert!(
+        managers(&client_side).contains(&"kubectl-client-side-apply/Update".to_string()),
+        "the client-side apply's create is recorded under kubectl's field manager: {:?}",
+        managers(&client_side)
+    );
+
+    assert!(
+        k.ok(&["apply", "--server-side", "-f", &manifest])
+            .contains("serverside-applied")
+    );
+    let migrated = k.json(&["get", "configmap", "settings", "--show-managed-fields"]);
+    let owners = managers(&migrated);
+    assert!(
+        owners.contains(&"kubectl/Apply".to_string())
+            && !owners.contains(&"kubectl-client-side-apply/Update".to_string()),
+        "kubectl moved the client-side fields to its server-side apply entry: {owners:?}"
+    );
+    let rv = migrated["metadata"]["resourceVersion"].clone();
+    k.ok(&["apply", "--server-side", "-f", &manifest]);
+    let again = k.json(&["get", "configmap", "settings"]);
+    assert_eq!(
+        again["metadata"]["resourceVersion"], rv,
+        "an unchanged server-side apply writes nothing"
+    );
+}
+
+#[test]
+fn server_side_apply_conflicts_with_kubectl_patch_until_forced() {
+    let k = Kubectl::new("ssa-conflict");
+    let manifest = |mode: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"mode": mode}});
+    let first = k.write("cm1.json", &manifest("a"));
+    k.ok(&["apply", "--server-side", "-f", &first]);
+    k.ok(&[
+        "patch",
+        "configmap",
+        "settings",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"mode":"b"}}"#,
+    ]);
+    let second = k.write("cm2.json", &manifest("c"));
+    let refused = k.run(&["apply", "--server-side", "-f", &second]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "the apply conflicts");
+    assert!(
+        stderr.contains("Apply failed with 1 conflict: conflict with \"kubectl-patch\" using v1")
+            && stderr.contains(".data.mode")
+            && !stderr.contains("Operation cannot be fulfilled"),
+        "kubectl shows the API server's apply message: {stderr}"
+    );
+    k.ok(&["apply", "--server-side", "--force-conflicts", "-f", &second]);
+    let live = k.json(&["get", "configmap", "settings", "--show-managed-fields"]);
+    assert_eq!(live["data"]["mode"], "c");
+    assert!(
+        !managers(&live).contains(&"kubectl-patch/Update".to_string()),
+        "the forced apply took the only field kubectl patch owned: {:?}",
+        managers(&live)
+    );
 }

@@ -41,6 +41,15 @@ struct Args {
     /// Events retained for watches to resume from.
     #[arg(long, default_value_t = 10_000)]
     event_log_capacity: usize,
+    /// Where the simulated pods' Prometheus metrics are served (GET /metrics); port 0 picks one.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    metrics_listen: std::net::SocketAddr,
+    /// Requests per second sent to every Service without a sim.rollouts.dev/rps annotation, through its router.
+    #[arg(long, default_value_t = 0.0)]
+    load_rps: f64,
+    /// Write a Prometheus file_sd target file here (one target per pod) as pods come and go.
+    #[arg(long)]
+    prometheus_sd_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -54,6 +63,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    if !(args.load_rps >= 0.0 && args.load_rps.is_finite()) {
+        eprintln!(
+            "kube-sim: --load-rps {}: must be a non-negative number of requests per second",
+            args.load_rps
+        );
+        return ExitCode::from(2);
+    }
     let options = SimOptions {
         listen: args.listen,
         crd_dirs: args.crds,
@@ -66,6 +82,9 @@ fn main() -> ExitCode {
         request_log_file: args.request_log,
         event_log_capacity: args.event_log_capacity,
         pod_ready_after: Duration::from_millis(args.pod_ready_after_ms),
+        metrics_listen: Some(args.metrics_listen),
+        load_rps: args.load_rps,
+        prometheus_sd_file: args.prometheus_sd_file,
         ..SimOptions::default()
     };
     let sim = match start(options) {
@@ -83,6 +102,9 @@ fn main() -> ExitCode {
     }
     println!("{}", sim.address());
     eprintln!("kube-sim: serving {}", sim.url());
+    if let Some(metrics) = sim.metrics_address() {
+        eprintln!("kube-sim: pod metrics at http://{metrics}/metrics");
+    }
     if let Err(e) = sim.wait_for_signal() {
         eprintln!("kube-sim: waiting for a signal: {e}");
         return ExitCode::FAILURE;

@@ -103,6 +103,17 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if info.builtin && info.group.is_empty() && info.plural == "pods" {
+            resources.push(json!({
+                "name": "pods/eviction",
+                "singularName": "",
+                "namespaced": true,
+                "group": "policy",
+                "version": "v1",
+                "kind": "Eviction",
+                "verbs": ["create"],
+            }));
+        }
         if info.scale.is_some() {
             resources.push(json!({
                 "name": format!("{}/scale", info.plural),
@@ -234,6 +245,17 @@ mod tests {
         assert_eq!(deployments["shortNames"], json!(["deploy"]));
         assert_eq!(deployments["categories"], json!(["all"]));
         assert!(resource_list(&registry, "example.com", "v1").is_none());
+        let core = resource_list(&registry, "", "v1").expect("v1 is served");
+        let eviction = core["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .find(|r| r["name"] == "pods/eviction")
+            .expect("pods/eviction is listed");
+        assert_eq!(
+            (&eviction["group"], &eviction["kind"], &eviction["verbs"]),
+            (&json!("policy"), &json!("Eviction"), &json!(["create"]))
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use super::request_log::{RequestLog, RequestRecord};
 use super::server::{self, Sim};
 use super::status::ApiError;
 use super::store::Store;
+use super::traffic::{self, TrafficOptions};
 
 /// How to run the simulator. `SimOptions::default()` listens on an ephemeral loopback port.
 #[derive(Debug, Clone)]
@@ -33,6 +34,16 @@ pub struct SimOptions {
     pub bookmark_interval: Duration,
     /// How long a pod takes to become Ready unless its template annotation says otherwise.
     pub pod_ready_after: Duration,
+    /// Where the simulated pods' Prometheus metrics are served (port 0 picks one); None turns
+    /// the traffic and metrics simulation off.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Requests per second sent to every Service (through its router) that has no
+    /// `sim.rollouts.dev/rps` annotation; 0 sends load only where annotated.
+    pub load_rps: f64,
+    /// How often the load generator sends requests.
+    pub traffic_tick: Duration,
+    /// Write a Prometheus file_sd target file (one target per pod) here as pods come and go.
+    pub prometheus_sd_file: Option<PathBuf>,
 }
 
 impl Default for SimOptions {
@@ -45,6 +56,10 @@ impl Default for SimOptions {
             event_log_capacity: 10_000,
             bookmark_interval: Duration::from_secs(10),
             pod_ready_after: Duration::from_secs(1),
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            load_rps: 0.0,
+            traffic_tick: Duration::from_millis(100),
+            prometheus_sd_file: None,
         }
     }
 }
@@ -54,6 +69,7 @@ pub struct SimHandle {
     sim: Arc<Sim>,
     shutdown: watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
+    metrics_address: Option<SocketAddr>,
 }
 
 /// Starts the simulator on its own thread and runtime, so sync and async tests alike can use it.
@@ -61,6 +77,25 @@ pub fn start(options: SimOptions) -> io::Result<SimHandle> {
     let listener = std::net::TcpListener::bind(options.listen)?;
     listener.set_nonblocking(true)?;
     let address = listener.local_addr()?;
+    let metrics_listener = match options.metrics_listen {
+        Some(listen) => {
+            let l = std::net::TcpListener::bind(listen).map_err(|e| {
+                io::Error::new(e.kind(), format!("metrics listener on {listen}: {e}"))
+            })?;
+            l.set_nonblocking(true)?;
+            Some(l)
+        }
+        None => None,
+    };
+    let metrics_address = match &metrics_listener {
+        Some(l) => Some(l.local_addr()?),
+        None => None,
+    };
+    let traffic_options = TrafficOptions {
+        load_rps: options.load_rps,
+        tick: options.traffic_tick,
+        prometheus_sd_file: options.prometheus_sd_file.clone(),
+    };
     let store = Store::new(options.event_log_capacity);
     {
         let mut state = store.lock();
@@ -108,6 +143,14 @@ pub fn start(options: SimOptions) -> io::Result<SimHandle> {
                     }
                 };
                 tokio::spawn(controllers::run(served.clone(), cluster));
+                if let Some(l) = metrics_listener {
+                    match tokio::net::TcpListener::from_std(l) {
+                        Ok(l) => {
+                            tokio::spawn(traffic::run(served.clone(), l, traffic_options));
+                        }
+                        Err(e) => eprintln!("kube-sim: cannot serve metrics: {e}"),
+                    }
+                }
                 server::serve(listener, served).await;
             });
             runtime.shutdown_background();
@@ -116,6 +159,7 @@ pub fn start(options: SimOptions) -> io::Result<SimHandle> {
         sim,
         shutdown,
         thread: Some(thread),
+        metrics_address,
     })
 }
 
@@ -165,6 +209,11 @@ impl SimHandle {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://{}", self.sim.address)
+    }
+
+    /// Where the simulated pods' metrics are served (`/metrics`), unless turned off.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics_address
     }
 
     /// A kubeconfig for this server: context `kube-sim`, namespace `default`, no auth.

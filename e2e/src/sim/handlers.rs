@@ -1,5 +1,5 @@
 //! The verbs on resources: get, list, watch, create, update, patch, delete, deletecollection,
-//! and the `/status` and `/scale` subresources.
+//! and the `/status`, `/scale` and `pods/eviction` subresources.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use super::scale::{scale_of, with_scale};
 use super::selector::{FieldSelector, LabelSelector};
 use super::server::{ResourcePath, Sim};
 use super::status::{ApiError, ApiResult};
-use super::store::{DeleteOptions, ObjectKey, Propagation, State, Target};
+use super::store::{DeleteOptions, FieldManager, ObjectKey, Propagation, State, Target};
 use super::watch::{self, Body, WatchRequest};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,8 @@ impl Verb {
             ("GET", true) => Verb::Get,
             ("GET", false) if watch => Verb::Watch,
             ("GET", false) => Verb::List,
-            ("POST", false) => Verb::Create,
+            // A named POST is a subresource create (`pods/NAME/eviction`).
+            ("POST", _) => Verb::Create,
             ("PUT", true) => Verb::Update,
             ("PATCH", true) => Verb::Patch,
             ("DELETE", true) => Verb::Delete,
@@ -77,6 +78,8 @@ pub struct ApiRequest {
     pub query: HashMap<String, String>,
     pub output: Output,
     pub content_type: String,
+    /// The `User-Agent` header: names the field manager when `fieldManager` is not given.
+    pub user_agent: String,
     pub body: Bytes,
 }
 
@@ -114,6 +117,27 @@ pub fn serve(sim: &Arc<Sim>, req: ApiRequest) -> ApiResult<(u16, Reply)> {
             info.plural, info.plural
         )));
     }
+    if p.subresource.as_deref() == Some("eviction")
+        && info.builtin
+        && info.group.is_empty()
+        && info.plural == "pods"
+    {
+        let (namespace, name) = (p.namespace.as_deref(), p.name.as_deref());
+        return match req.verb {
+            Verb::Create => evict(
+                sim,
+                &info,
+                namespace.unwrap_or_default(),
+                name.unwrap_or_default(),
+                &req,
+            )
+            .map(|v| (201, Reply::Json(v))),
+            other => Err(ApiError::method_not_allowed(format!(
+                "{} is not supported on pods/eviction: POST a policy/v1 Eviction",
+                other.as_str()
+            ))),
+        };
+    }
     let sub = match p.subresource.as_deref() {
         None => Sub::None,
         Some("status") if info.status => Sub::Status,
@@ -145,12 +169,15 @@ pub fn serve(sim: &Arc<Sim>, req: ApiRequest) -> ApiResult<(u16, Reply)> {
         Verb::Get => get(sim, &info, &namespace, &name, sub, req.output).map(|v| (200, json(v))),
         Verb::List => list(sim, &info, p.namespace.as_deref(), &req).map(|v| (200, json(v))),
         Verb::Watch => watch_request(sim, &info, &req).map(|b| (200, Reply::Stream(b))),
-        Verb::Create if sub == Sub::None => {
+        Verb::Create if sub == Sub::None && p.name.is_none() => {
             let body = parse_body(&req.body)?;
-            let created = sim
-                .store
-                .lock_for_writes(dry_run(&req)?)
-                .create(&info, &namespace, body)?;
+            let manager = field_manager(&req);
+            let created = sim.store.lock_for_writes(dry_run(&req)?).create_by(
+                &info,
+                &namespace,
+                body,
+                recorded(&manager, None),
+            )?;
             Ok((201, json(render_object(&info, &created, req.output))))
         }
         Verb::Update => update(sim, &info, &namespace, &name, sub, &req).map(|v| (200, json(v))),
@@ -187,6 +214,29 @@ fn dry_run(req: &ApiRequest) -> ApiResult<bool> {
             "dryRun: Unsupported value {other:?}: the only supported value is All"
         ))),
     }
+}
+
+/// The manager a write is recorded under: `fieldManager`, else the user agent up to its first
+/// '/' (`kubectl/v1.32.0 ...` -> `kubectl`), as the API server does.
+fn field_manager(req: &ApiRequest) -> String {
+    match req.query.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(manager) => manager.clone(),
+        None => req
+            .user_agent
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+    }
+}
+
+/// The ownership record of a non-apply write; a request with neither a field manager nor a
+/// user agent records nothing.
+fn recorded<'a>(manager: &'a str, subresource: Option<&'a str>) -> Option<FieldManager<'a>> {
+    (!manager.is_empty()).then_some(FieldManager {
+        name: manager,
+        subresource,
+    })
 }
 
 fn parse_body(body: &Bytes) -> ApiResult<Value> {
@@ -349,27 +399,33 @@ fn update(
     req: &ApiRequest,
 ) -> ApiResult<Value> {
     let body = parse_body(&req.body)?;
+    let manager = field_manager(req);
     let mut state = sim.store.lock_for_writes(dry_run(req)?);
     match sub {
         Sub::Scale => {
             let current = existing(&state, info, namespace, name)?;
             let next = with_scale(info, current, &body)?;
-            let stored = state.update(info, namespace, name, next, Target::Main)?;
+            let by = recorded(&manager, Some("scale"));
+            let stored = state.update_by(info, namespace, name, next, Target::Main, by)?;
             Ok(scale_of(info, &stored))
         }
-        Sub::Status => Ok((*state.update(info, namespace, name, body, Target::Status)?).clone()),
-        Sub::None => Ok(render_object(
-            info,
-            &*state.update(info, namespace, name, body, Target::Main)?,
-            req.output,
-        )),
+        Sub::Status => {
+            let by = recorded(&manager, Some("status"));
+            let stored = state.update_by(info, namespace, name, body, Target::Status, by)?;
+            Ok((*stored).clone())
+        }
+        Sub::None => {
+            let by = recorded(&manager, None);
+            let stored = state.update_by(info, namespace, name, body, Target::Main, by)?;
+            Ok(render_object(info, &stored, req.output))
+        }
     }
 }
 
 fn patch_error(info: &ResourceInfo, name: &str, err: PatchError) -> ApiError {
     match err {
         PatchError::BadRequest(m) => ApiError::bad_request(m),
-        PatchError::Conflict(m) => ApiError::conflict(&info.group, &info.plural, name, &m),
+        PatchError::Conflict(m) => ApiError::apply_conflict(m),
         PatchError::Invalid(m) => ApiError::invalid(&info.group, &info.plural, name, m),
     }
 }
@@ -412,12 +468,24 @@ fn patch(
         )));
     }
     let apply = media == "application/apply-patch+yaml";
-    let body = if apply {
+    let mut body = if apply {
         parse_apply_body(&req.body)?
     } else {
         parse_body(&req.body)?
     };
-    let manager = req.query.get("fieldManager").cloned().unwrap_or_default();
+    // The store keeps `.status` out of main-resource writes; ownership of it must not be recorded.
+    if apply
+        && sub == Sub::None
+        && info.status
+        && let Some(root) = body.as_object_mut()
+    {
+        root.shift_remove("status");
+    }
+    let manager = if apply {
+        req.query.get("fieldManager").cloned().unwrap_or_default()
+    } else {
+        field_manager(req)
+    };
     if apply && manager.is_empty() {
         return Err(ApiError::bad_request(
             "PATCH with application/apply-patch+yaml: the fieldManager query parameter is required for apply requests",
@@ -465,26 +533,43 @@ fn patch(
         }
         // What is left is apply; a Scale has no field ownership worth tracking.
         _ if sub == Sub::Scale => patch::merge_patch(&base, &body),
-        _ => patch::server_side_apply(Some(&base), &body, &manager, force, &now).map_err(perr)?,
+        _ => {
+            let subresource = (sub == Sub::Status).then_some("status");
+            patch::server_side_apply_subresource(
+                Some(&base),
+                &body,
+                &manager,
+                subresource,
+                force,
+                &now,
+            )
+            .map_err(perr)?
+        }
     };
+    // An apply recorded its own ownership; other patches are recorded as updates.
+    let by = |subresource| (!apply).then(|| recorded(&manager, subresource)).flatten();
     match sub {
         Sub::Scale => {
             let next = with_scale(info, current, &patched)?;
-            let stored = state.update(info, namespace, name, next, Target::Main)?;
+            let stored =
+                state.update_by(info, namespace, name, next, Target::Main, by(Some("scale")))?;
             Ok((200, scale_of(info, &stored)))
         }
-        Sub::Status => Ok((
-            200,
-            (*state.update(info, namespace, name, patched, Target::Status)?).clone(),
-        )),
-        Sub::None => Ok((
-            200,
-            render_object(
+        Sub::Status => {
+            let stored = state.update_by(
                 info,
-                &*state.update(info, namespace, name, patched, Target::Main)?,
-                req.output,
-            ),
-        )),
+                namespace,
+                name,
+                patched,
+                Target::Status,
+                by(Some("status")),
+            )?;
+            Ok((200, (*stored).clone()))
+        }
+        Sub::None => {
+            let stored = state.update_by(info, namespace, name, patched, Target::Main, by(None))?;
+            Ok((200, render_object(info, &stored, req.output)))
+        }
     }
 }
 
@@ -494,16 +579,17 @@ fn delete_options(req: &ApiRequest) -> ApiResult<DeleteOptions> {
     } else {
         parse_body(&req.body)?
     };
-    let policy = req
-        .query
+    delete_options_of(&req.query, &body)
+}
+
+/// DeleteOptions from the query and a DeleteOptions body (the query wins, as in Kubernetes).
+fn delete_options_of(query: &HashMap<String, String>, body: &Value) -> ApiResult<DeleteOptions> {
+    let policy = query
         .get("propagationPolicy")
         .map(String::as_str)
         .or_else(|| body["propagationPolicy"].as_str());
     let orphan = body["orphanDependents"].as_bool() == Some(true)
-        || req
-            .query
-            .get("orphanDependents")
-            .is_some_and(|o| o == "true");
+        || query.get("orphanDependents").is_some_and(|o| o == "true");
     let propagation = match policy {
         Some("Foreground") => Propagation::Foreground,
         Some("Orphan") => Propagation::Orphan,
@@ -522,6 +608,44 @@ fn delete_options(req: &ApiRequest) -> ApiResult<DeleteOptions> {
             .as_str()
             .map(str::to_string),
     })
+}
+
+/// `POST pods/NAME/eviction`: deletes the pod with the Eviction's deleteOptions. Disruption
+/// budgets are not consulted (no disruption controller keeps their status).
+fn evict(
+    sim: &Sim,
+    info: &ResourceInfo,
+    namespace: &str,
+    name: &str,
+    req: &ApiRequest,
+) -> ApiResult<Value> {
+    let eviction = parse_body(&req.body)?;
+    if let Some(kind) = eviction["kind"].as_str().filter(|k| *k != "Eviction") {
+        return Err(ApiError::bad_request(format!(
+            "pods/eviction: the body is a {kind}: send a policy/v1 Eviction"
+        )));
+    }
+    let body_name = meta_str(&eviction, "name");
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "name in URL does not match name in Eviction object: {name} vs {body_name}"
+        )));
+    }
+    let options = &eviction["deleteOptions"];
+    let dry_run_in_body = options["dryRun"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|v| v == "All"));
+    let opts = delete_options_of(&HashMap::new(), options)?;
+    sim.store
+        .lock_for_writes(dry_run(req)? || dry_run_in_body)
+        .delete(info, namespace, name, &opts)?;
+    Ok(serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": 201,
+    }))
 }
 
 fn delete_collection(

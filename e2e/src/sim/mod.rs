@@ -22,6 +22,7 @@ pub mod server;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod traffic;
 pub mod watch;
 
 pub use faults::Faults;

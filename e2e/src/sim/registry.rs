@@ -112,6 +112,12 @@ impl ResourceInfo {
         self
     }
 
+    /// Served at another version than `v1`.
+    fn at_version(mut self, version: &str) -> Self {
+        self.version = version.into();
+        self
+    }
+
     /// Listed by `kubectl get all`.
     fn in_all(mut self) -> Self {
         self.categories = vec!["all".into()];
@@ -136,6 +142,24 @@ impl Registry {
             builtin("", "secrets", "Secret", &[]),
             builtin("", "serviceaccounts", "ServiceAccount", &["sa"]),
             builtin("", "events", "Event", &["ev"]),
+            builtin("", "endpoints", "Endpoints", &["ep"]),
+            builtin("discovery.k8s.io", "endpointslices", "EndpointSlice", &[]),
+            builtin(
+                "policy",
+                "poddisruptionbudgets",
+                "PodDisruptionBudget",
+                &["pdb"],
+            )
+            .with_status(),
+            builtin(
+                "autoscaling",
+                "horizontalpodautoscalers",
+                "HorizontalPodAutoscaler",
+                &["hpa"],
+            )
+            .at_version("v2")
+            .with_status()
+            .in_all(),
             builtin("events.k8s.io", "events", "Event", &["ev"]),
             builtin("apps", "replicasets", "ReplicaSet", &["rs"])
                 .with_status()

@@ -236,6 +236,7 @@ async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
                     query,
                     output: Output::from_accept(&header_str(header::ACCEPT)),
                     content_type: header_str(header::CONTENT_TYPE),
+                    user_agent: record.user_agent.clone(),
                     body,
                 };
                 resource(&sim, request).await

@@ -57,6 +57,12 @@ impl ApiError {
         .with_details(group, resource, name)
     }
 
+    /// A server-side apply conflict: the real API server sends the apply message as it is
+    /// (`Apply failed with 1 conflict: ...`), not wrapped in `Operation cannot be fulfilled`.
+    pub fn apply_conflict(message: impl Into<String>) -> Self {
+        Self::new(409, "Conflict", message)
+    }
+
     pub fn stale(group: &str, resource: &str, name: &str) -> Self {
         Self::conflict(
             group,

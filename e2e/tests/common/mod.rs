@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod kubectl;
+
 use std::time::{Duration, Instant};
 
 use rollouts_e2e::sim::{SimHandle, SimOptions, start};

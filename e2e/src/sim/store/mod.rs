@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, watch};
 
 use super::meta::{meta_str, metadata_mut, new_uid, owner_refs, random_suffix, rfc3339};
+use super::patch;
 use super::registry::{Registry, ResourceInfo, ResourceKey};
 use super::status::{ApiError, ApiResult};
 
@@ -54,6 +55,22 @@ pub enum Target {
     Main,
     /// The `/status` subresource: only `.status`.
     Status,
+}
+
+/// Who makes a non-apply write, recorded as an `Update` entry in `metadata.managedFields` so
+/// later server-side applies conflict with the fields it set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldManager<'a> {
+    pub name: &'a str,
+    /// `Some("status")` or `Some("scale")` for a write through a subresource.
+    pub subresource: Option<&'a str>,
+}
+
+impl FieldManager<'_> {
+    fn record(&self, before: Option<&Value>, after: &Value) -> Value {
+        let now = rfc3339(SystemTime::now());
+        patch::record_subresource_update(before, after, self.name, self.subresource, &now)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -265,7 +282,18 @@ impl State {
         &mut self,
         info: &ResourceInfo,
         namespace: &str,
+        obj: Value,
+    ) -> ApiResult<Arc<Value>> {
+        self.create_by(info, namespace, obj, None)
+    }
+
+    /// [`State::create`] recording `manager` as the owner of every field it sets.
+    pub fn create_by(
+        &mut self,
+        info: &ResourceInfo,
+        namespace: &str,
         mut obj: Value,
+        manager: Option<FieldManager<'_>>,
     ) -> ApiResult<Arc<Value>> {
         let (group, plural) = (info.group.as_str(), info.plural.as_str());
         if !obj.is_object() {
@@ -350,6 +378,9 @@ impl State {
             root.remove("status");
         }
         apply_defaults(info, &mut obj, true);
+        if let Some(manager) = manager {
+            obj = manager.record(None, &obj);
+        }
         if is_crd(&key) {
             self.prepare_crd(&mut obj)?;
         }
@@ -377,6 +408,19 @@ impl State {
         name: &str,
         new: Value,
         target: Target,
+    ) -> ApiResult<Arc<Value>> {
+        self.update_by(info, namespace, name, new, target, None)
+    }
+
+    /// [`State::update`] recording `manager` as the owner of the fields the write changes.
+    pub fn update_by(
+        &mut self,
+        info: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        new: Value,
+        target: Target,
+        manager: Option<FieldManager<'_>>,
     ) -> ApiResult<Arc<Value>> {
         let (group, plural) = (info.group.as_str(), info.plural.as_str());
         let key = info.key();
@@ -439,12 +483,22 @@ impl State {
             Target::Status => {
                 let mut next = (*old).clone();
                 set_or_remove(&mut next, "status", new.get("status").cloned());
+                // Ownership changes with status writes (an apply to /status records itself).
+                if let Some(fields) = new["metadata"]
+                    .get("managedFields")
+                    .filter(|f| f.is_array())
+                {
+                    metadata_mut(&mut next).insert("managedFields".into(), fields.clone());
+                }
                 next
             }
         };
         if spec_of(&next) != spec_of(&old) {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             metadata_mut(&mut next).insert("generation".into(), generation.into());
+        }
+        if let Some(manager) = manager {
+            next = manager.record(Some(&old), &next);
         }
         if is_crd(&key) {
             self.prepare_crd(&mut next)?;
@@ -594,16 +648,29 @@ fn spec_of(obj: &Value) -> Map<String, Value> {
     m
 }
 
-/// Equal apart from resourceVersion and managedFields (which a no-op apply would refresh).
+/// Equal apart from resourceVersion. managedFields count: a write that only changes ownership
+/// (kubectl's `kubectl-last-applied` apply) is a write; the patch functions leave them as they
+/// were when nothing changed, so a no-op write still bumps nothing.
 fn same_content(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        let meta = metadata_mut(&mut v);
-        meta.remove("resourceVersion");
-        meta.remove("managedFields");
-        v
+    let (Some(a_map), Some(b_map)) = (a.as_object(), b.as_object()) else {
+        return a == b;
     };
-    strip(a) == strip(b)
+    let meta_equal = |x: &Value, y: &Value| {
+        let (Some(x), Some(y)) = (x.as_object(), y.as_object()) else {
+            return x == y;
+        };
+        let rest = |m: &Map<String, Value>| m.keys().filter(|k| *k != "resourceVersion").count();
+        rest(x) == rest(y)
+            && x.iter()
+                .filter(|(k, _)| *k != "resourceVersion")
+                .all(|(k, v)| y.get(k) == Some(v))
+    };
+    a_map.len() == b_map.len()
+        && a_map.iter().all(|(k, v)| match (k.as_str(), b_map.get(k)) {
+            ("metadata", Some(w)) => meta_equal(v, w),
+            (_, Some(w)) => v == w,
+            (_, None) => false,
+        })
 }
 
 /// DNS-1123 subdomain, as the API server requires of most names.

@@ -67,6 +67,58 @@ fn writes_bump_one_global_resource_version_and_no_ops_bump_nothing() {
 }
 
 #[test]
+fn a_write_that_changes_only_ownership_is_stored_and_announced() {
+    let store = store();
+    let mut events = store.subscribe();
+    let mut state = store.lock();
+    let cms = info(&state, "", "v1", "configmaps");
+    let by = |name| {
+        Some(FieldManager {
+            name,
+            subresource: None,
+        })
+    };
+    let a = state
+        .create_by(
+            &cms,
+            "default",
+            json!({"metadata": {"name": "a"}, "data": {"k": "1"}}),
+            by("creator"),
+        )
+        .expect("create");
+    assert_eq!(a["metadata"]["managedFields"][0]["manager"], "creator");
+    let rv = state.resource_version();
+    let same = state
+        .update_by(
+            &cms,
+            "default",
+            "a",
+            (*a).clone(),
+            Target::Main,
+            by("other"),
+        )
+        .expect("no-op update by another manager");
+    assert!(
+        Arc::ptr_eq(&same, &a),
+        "changing nothing records no ownership"
+    );
+    let mut handed_over = (*a).clone();
+    handed_over["metadata"]["managedFields"][0]["manager"] = "new-owner".into();
+    let stored = state
+        .update(&cms, "default", "a", handed_over, Target::Main)
+        .expect("ownership-only update");
+    assert_eq!(state.resource_version(), rv + 1);
+    assert_eq!(
+        stored["metadata"]["managedFields"][0]["manager"],
+        "new-owner"
+    );
+    let kinds: Vec<EventType> = std::iter::from_fn(|| events.try_recv().ok())
+        .map(|e| e.event_type)
+        .collect();
+    assert_eq!(kinds, [EventType::Added, EventType::Modified]);
+}
+
+#[test]
 fn generation_follows_spec_and_status_stays_apart() {
     let store = store();
     let mut state = store.lock();
