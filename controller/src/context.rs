@@ -32,6 +32,9 @@ pub struct Context {
     pub settings: Settings,
     /// Consecutive failed reconciles per `namespace/name`, reset on success.
     failures: Mutex<HashMap<String, u32>>,
+    /// resourceVersion of the last status this controller wrote, per `namespace/name`, until a
+    /// reconcile has seen a copy at least that new.
+    status_written: Mutex<HashMap<String, String>>,
 }
 
 impl Context {
@@ -52,7 +55,34 @@ impl Context {
             diagnostics,
             settings,
             failures: Mutex::new(HashMap::new()),
+            status_written: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Remembers the resourceVersion our status write of `key` produced.
+    pub fn record_status_written(&self, key: &str, resource_version: &str) {
+        self.status_written
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(key.to_string(), resource_version.to_string());
+    }
+
+    /// Whether a cached copy of `key` at `resource_version` may predate our last status write
+    /// (the watch has not delivered it yet). The write is forgotten once the cache holds it or
+    /// something newer.
+    pub fn is_stale(&self, key: &str, resource_version: Option<&str>) -> bool {
+        let mut written = self
+            .status_written
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(ours) = written.get(key) else {
+            return false;
+        };
+        let caught_up = caught_up(resource_version, ours);
+        if caught_up {
+            written.remove(key);
+        }
+        !caught_up
     }
 
     /// Counts one more failure of `key` and returns how long to wait before retrying.
@@ -76,6 +106,19 @@ impl Context {
     }
 }
 
+/// Whether a copy at `cached` includes the write that produced `ours`.
+pub fn caught_up(cached: Option<&str>, ours: &str) -> bool {
+    match cached {
+        Some(cached) if cached == ours => true,
+        // resourceVersions are opaque, but every API server we know counts up.
+        Some(cached) => matches!(
+            (cached.parse::<u64>(), ours.parse::<u64>()),
+            (Ok(cached), Ok(ours)) if cached > ours
+        ),
+        None => false,
+    }
+}
+
 /// Wait before the next try after `failures` failures in a row: 5 s, doubling, at most 5 min.
 pub fn retry_backoff(failures: u32) -> Duration {
     const FIRST: Duration = Duration::from_secs(5);
@@ -87,6 +130,18 @@ pub fn retry_backoff(failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_copy_has_caught_up_with_our_write_or_anything_newer() {
+        assert!(caught_up(Some("42"), "42"));
+        assert!(caught_up(Some("43"), "42"));
+        assert!(!caught_up(Some("41"), "42"));
+        assert!(!caught_up(None, "42"));
+        assert!(
+            !caught_up(Some("b"), "a"),
+            "opaque versions must match exactly"
+        );
+    }
 
     #[test]
     fn backoff_doubles_from_five_seconds_up_to_five_minutes() {

@@ -38,6 +38,81 @@ pub enum Error {
         source: Box<kube::Error>,
     },
 
+    #[error("cannot list the AnalysisRuns of Rollout {namespace}/{name}: {source}")]
+    ListAnalysisRuns {
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error("cannot read Rollout {namespace}/{name}: {source}")]
+    GetRollout {
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error("cannot {verb} {kind} {namespace}/{object} for Rollout {rollout}: {source}")]
+    Write {
+        verb: &'static str,
+        kind: &'static str,
+        namespace: String,
+        object: String,
+        rollout: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error("cannot read {kind} {namespace}/{object} for Rollout {rollout}: {source}")]
+    Read {
+        kind: &'static str,
+        namespace: String,
+        object: String,
+        rollout: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error(
+        "Service {namespace}/{service} named in {field} of Rollout {rollout} does not exist: create the Service or fix {field}"
+    )]
+    ServiceNotFound {
+        namespace: String,
+        rollout: String,
+        service: String,
+        field: &'static str,
+    },
+
+    #[error(
+        "spec.template of Rollout {namespace}/{name} is not a valid pod template ({source}): fix spec.template"
+    )]
+    InvalidTemplate {
+        namespace: String,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("{field} of Rollout {namespace}/{rollout} cannot start an AnalysisRun: {reason}")]
+    InvalidAnalysis {
+        namespace: String,
+        rollout: String,
+        field: String,
+        reason: String,
+    },
+
+    #[error("cannot {operation} on the {router} router of Rollout {namespace}/{rollout}: {source}")]
+    Traffic {
+        operation: &'static str,
+        router: String,
+        namespace: String,
+        rollout: String,
+        #[source]
+        source: Box<rollouts_traffic::Error>,
+    },
+
     #[error("cannot patch status of Rollout {namespace}/{name}: {source}")]
     PatchStatus {
         namespace: String,
@@ -111,6 +186,14 @@ impl Error {
             Error::StartupList { .. } => "startup_list",
             Error::ListReplicaSets { .. } => "list_replicasets",
             Error::PatchStatus { .. } => "patch_status",
+            Error::ListAnalysisRuns { .. } => "list_analysisruns",
+            Error::GetRollout { .. } => "get_rollout",
+            Error::Write { .. } => "write",
+            Error::Read { .. } => "read",
+            Error::ServiceNotFound { .. } => "service_not_found",
+            Error::InvalidTemplate { .. } => "invalid_template",
+            Error::InvalidAnalysis { .. } => "invalid_analysis",
+            Error::Traffic { .. } => "traffic",
             Error::PublishEvent { .. } => "publish_event",
             Error::MissingObjectKey(_) => "missing_object_key",
             Error::EncodeStatus { .. } => "encode_status",

@@ -1,6 +1,9 @@
-//! The rollout controller: the pure planner that decides each Rollout's next move, and the
-//! runtime shell around it (flags, watches, status writes, leader election, metrics, health).
+//! The rollout controller: the pure planner that decides each Rollout's next move, the act phase
+//! that applies it, and the runtime shell around them (flags, watches, leader election, metrics,
+//! health).
 
+pub mod act;
+pub mod analysisrun;
 pub mod cli;
 pub mod context;
 pub mod error;

@@ -1,26 +1,33 @@
-//! Reconciling one Rollout: observe it and its ReplicaSets, refuse an invalid spec (the
-//! `InvalidSpec` condition and a Warning event), otherwise hand over to [`apply_plan`], the seam
-//! where the planner's plan is applied. `error_policy` logs, counts and backs off.
+//! Reconciling one Rollout: observe it, its ReplicaSets and its AnalysisRuns, refuse an invalid
+//! spec (the `InvalidSpec` condition and a Warning event), otherwise plan and act
+//! ([`apply_plan`]). `error_policy` logs, counts and backs off.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use rollouts_crds::FieldError;
+use rollouts_crds::analysis::AnalysisRun;
 use rollouts_crds::conditions;
-use rollouts_crds::rollout::{DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, Rollout, RolloutStatus};
+use rollouts_crds::rollout::{
+    DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, ROLLOUT_CANARY_STEP_INDEX_LABEL, ROLLOUT_TYPE_LABEL, Rollout,
+};
 use rollouts_crds::validation;
-use serde_json::Value;
+use rollouts_traffic::TrafficRouter;
 use tracing::instrument;
 
+use crate::act::{self, LiveServices};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::planner::{Observed, ObservedReplicaSet};
+use crate::planner::{self, Observed, ObservedAnalysisRun, ObservedReplicaSet};
 use crate::status_patch;
 
 /// How soon an invalid Rollout is looked at again: the cause may be timing (a Service applied
@@ -35,11 +42,30 @@ pub async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Actio
         .ok_or_else(|| Error::MissingObjectKey(rollout.name_any()))?;
     let name = rollout.name_any();
     let started = Instant::now();
+    let key = object_key(&namespace, &name);
+    let rollout = if ctx.is_stale(&key, rollout.resource_version().as_deref()) {
+        // The watch has not caught up with our last status write: plan from the API's copy,
+        // or a step could be taken twice.
+        let api: Api<Rollout> = Api::namespaced(ctx.client.clone(), &namespace);
+        match api.get_opt(&name).await {
+            Ok(Some(fresh)) => Arc::new(fresh),
+            Ok(None) => return Ok(Action::await_change()),
+            Err(source) => {
+                return Err(Error::GetRollout {
+                    namespace,
+                    name,
+                    source: Box::new(source),
+                });
+            }
+        }
+    } else {
+        rollout
+    };
     let outcome = reconcile_rollout(&rollout, &namespace, &ctx).await;
     ctx.metrics
         .observe_reconcile(&namespace, &name, started.elapsed());
     if outcome.is_ok() {
-        ctx.record_success(&object_key(&namespace, &name));
+        ctx.record_success(&key);
     }
     outcome
 }
@@ -60,8 +86,9 @@ async fn reconcile_rollout(rollout: &Rollout, namespace: &str, ctx: &Context) ->
         record_invalid_spec(rollout, namespace, &findings, ctx).await?;
         return Ok(Action::requeue(INVALID_SPEC_REQUEUE));
     }
-    let observed = observe(rollout, namespace, ctx).await?;
-    apply_plan(rollout, &observed, ctx).await
+    let routers = traffic_routers(rollout, namespace, ctx)?;
+    let (observed, services) = observe(rollout, namespace, &routers, ctx).await?;
+    apply_plan(rollout, &observed, &services, &routers, ctx).await
 }
 
 /// Everything that stops the controller acting on this spec: Argo's validation and the
@@ -72,13 +99,32 @@ pub fn spec_findings(rollout: &Rollout) -> Vec<FieldError> {
     findings
 }
 
-/// The seam where the planner's plan is applied. No plan yet: it records
-/// `status.observedGeneration` and keeps `status.conditions` a list, and writes nothing else.
-pub async fn apply_plan(rollout: &Rollout, observed: &Observed, ctx: &Context) -> Result<Action> {
-    tracing::debug!(replica_sets = observed.replica_sets.len(), "observed");
-    let desired = status_patch::observed_status(rollout);
-    write_status(rollout, &desired, ctx).await?;
-    Ok(Action::await_change())
+/// Plans the Rollout's next move from what was observed and applies it. A strategy the
+/// planner does not plan yet still gets `observedGeneration` and a `conditions` list.
+pub async fn apply_plan(
+    rollout: &Rollout,
+    observed: &Observed,
+    services: &LiveServices,
+    routers: &[Box<dyn TrafficRouter>],
+    ctx: &Context,
+) -> Result<Action> {
+    let plan = planner::plan(rollout, observed, Timestamp::now());
+    tracing::debug!(
+        replica_sets = observed.replica_sets.len(),
+        analysis_runs = observed.analysis_runs.len(),
+        noop = plan.is_noop(),
+        resource_version = rollout.resource_version(),
+        step = ?rollout.status.as_ref().and_then(|status| status.current_step_index),
+        next_step = ?plan.status.current_step_index,
+        events = ?plan.events.iter().map(|event| event.reason.as_str()).collect::<Vec<_>>(),
+        "planned"
+    );
+    let status = if plan.status.observed_generation == status_patch::observed_generation(rollout) {
+        plan.status.clone()
+    } else {
+        status_patch::observed_status(rollout)
+    };
+    act::apply(rollout, observed, services, routers, &plan, &status, ctx).await
 }
 
 /// Writes the `InvalidSpec` condition; the Warning event goes out only when the status
@@ -92,7 +138,7 @@ async fn record_invalid_spec(
     let desired = status_patch::invalid_spec_status(rollout, findings, Timestamp::now());
     let message = status_patch::invalid_spec_message(rollout, findings);
     tracing::info!(%message, "spec is invalid; nothing is changed until it is fixed");
-    if !write_status(rollout, &desired, ctx).await? {
+    if !act::write_status(rollout, &desired, ctx).await? {
         return Ok(());
     }
     let event = Event {
@@ -121,32 +167,14 @@ async fn record_invalid_spec(
     Ok(())
 }
 
-/// Merge-patches `/status` to `desired` when it differs; returns whether it wrote.
-async fn write_status(rollout: &Rollout, desired: &RolloutStatus, ctx: &Context) -> Result<bool> {
-    let namespace = rollout.namespace().unwrap_or_default();
-    let name = rollout.name_any();
-    let patch: Option<Value> =
-        status_patch::status_patch(rollout, desired).map_err(|source| Error::EncodeStatus {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            source,
-        })?;
-    let Some(patch) = patch else {
-        return Ok(false);
-    };
-    let api: Api<Rollout> = Api::namespaced(ctx.client.clone(), &namespace);
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|source| Error::PatchStatus {
-            namespace,
-            name,
-            source: Box::new(source),
-        })?;
-    Ok(true)
-}
-
-/// Lists the ReplicaSets the Rollout controls (by owner UID), narrowed by its selector labels.
-async fn observe(rollout: &Rollout, namespace: &str, ctx: &Context) -> Result<Observed> {
+/// Lists the ReplicaSets and AnalysisRuns the Rollout controls (by owner UID), ReplicaSets
+/// narrowed by its selector labels, and reads the Services its spec names.
+async fn observe(
+    rollout: &Rollout,
+    namespace: &str,
+    routers: &[Box<dyn TrafficRouter>],
+    ctx: &Context,
+) -> Result<(Observed, LiveServices)> {
     let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), namespace);
     let params = ListParams::default().labels(&replica_set_selector(rollout));
     let list = api
@@ -161,16 +189,112 @@ async fn observe(rollout: &Rollout, namespace: &str, ctx: &Context) -> Result<Ob
     let replica_sets = list
         .items
         .iter()
-        .filter(|rs| {
-            rs.owner_references()
-                .iter()
-                .any(|owner| owner.controller == Some(true) && Some(&owner.uid) == uid.as_ref())
-        })
+        .filter(|rs| controlled_by(rs.owner_references(), uid.as_deref()))
         .map(observed_replica_set)
         .collect();
-    Ok(Observed {
+    let runs: Api<AnalysisRun> = Api::namespaced(ctx.client.clone(), namespace);
+    let list = runs
+        .list(&ListParams::default().labels(ROLLOUT_TYPE_LABEL))
+        .await
+        .map_err(|source| Error::ListAnalysisRuns {
+            namespace: namespace.to_string(),
+            name: rollout.name_any(),
+            source: Box::new(source),
+        })?;
+    let analysis_runs = list
+        .items
+        .iter()
+        .filter(|run| controlled_by(run.owner_references(), uid.as_deref()))
+        .map(observed_analysis_run)
+        .collect();
+    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut services = LiveServices::new();
+    let mut missing_services = BTreeSet::new();
+    for (_, service) in act::named_services(rollout) {
+        match service_api.get_opt(&service).await {
+            Ok(Some(live)) => {
+                services.insert(service, live);
+            }
+            Ok(None) => {
+                missing_services.insert(service);
+            }
+            Err(source) => {
+                return Err(Error::Read {
+                    kind: "Service",
+                    namespace: namespace.to_string(),
+                    object: service,
+                    rollout: rollout.name_any(),
+                    source: Box::new(source),
+                });
+            }
+        }
+    }
+    // Every field named: a field the planner adds must be observed here, not defaulted.
+    let observed = Observed {
         replica_sets,
-        ..Observed::default()
+        analysis_runs,
+        missing_services,
+        traffic_weight_verified: act::verify_recorded_weight(rollout, routers).await?,
+    };
+    Ok((observed, services))
+}
+
+fn controlled_by(owners: &[OwnerReference], uid: Option<&str>) -> bool {
+    owners
+        .iter()
+        .any(|owner| owner.controller == Some(true) && Some(owner.uid.as_str()) == uid)
+}
+
+fn observed_analysis_run(run: &AnalysisRun) -> ObservedAnalysisRun {
+    let status = run.status.clone().unwrap_or_default();
+    ObservedAnalysisRun {
+        name: run.name_any(),
+        pod_template_hash: run
+            .labels()
+            .get(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY)
+            .cloned()
+            .unwrap_or_default(),
+        step_index: run
+            .labels()
+            .get(ROLLOUT_CANARY_STEP_INDEX_LABEL)
+            .and_then(|index| index.parse().ok()),
+        phase: status.phase,
+        message: status.message,
+        terminating: run.spec.terminate,
+        rollout_type: run
+            .labels()
+            .get(ROLLOUT_TYPE_LABEL)
+            .cloned()
+            .unwrap_or_default(),
+        created: run
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(Timestamp::UNIX_EPOCH, |time| time.0),
+    }
+}
+
+/// The routers of `spec.strategy.canary.trafficRouting`; none without it.
+fn traffic_routers(
+    rollout: &Rollout,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<Vec<Box<dyn TrafficRouter>>> {
+    let routed = rollout
+        .spec
+        .strategy
+        .canary
+        .as_ref()
+        .is_some_and(|canary| canary.traffic_routing.is_some());
+    if !routed {
+        return Ok(Vec::new());
+    }
+    rollouts_traffic::routers(ctx.client.clone(), rollout).map_err(|source| Error::Traffic {
+        operation: "configure",
+        router: "trafficRouting".to_string(),
+        namespace: namespace.to_string(),
+        rollout: rollout.name_any(),
+        source: Box::new(source),
     })
 }
 
@@ -273,6 +397,32 @@ mod tests {
             ),
             (3, 3, 2, 1)
         );
+    }
+
+    #[test]
+    fn an_analysis_run_is_observed_with_its_step_hash_and_phase() {
+        let run: AnalysisRun = serde_json::from_value(serde_json::json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "AnalysisRun",
+            "metadata": {
+                "name": "web-abc-2-1",
+                "labels": {"rollout-type": "Step", "step-index": "1", "rollouts-pod-template-hash": "abc"}
+            },
+            "spec": {"metrics": [], "terminate": true},
+            "status": {"phase": "Failed", "message": "error rate too high"}
+        }))
+        .expect("an AnalysisRun");
+        let observed = observed_analysis_run(&run);
+        assert_eq!(observed.name, "web-abc-2-1");
+        assert_eq!(observed.pod_template_hash, "abc");
+        assert_eq!(observed.step_index, Some(1));
+        assert_eq!(observed.rollout_type, "Step");
+        assert_eq!(
+            observed.phase,
+            rollouts_crds::analysis::AnalysisPhase::Failed
+        );
+        assert_eq!(observed.message, "error rate too high");
+        assert!(observed.terminating);
     }
 
     #[test]

@@ -13,7 +13,8 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::watcher;
 use kube::{Client, Config};
-use rollouts_crds::rollout::{DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, Rollout};
+use rollouts_crds::analysis::AnalysisRun;
+use rollouts_crds::rollout::{DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, ROLLOUT_TYPE_LABEL, Rollout};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
@@ -24,6 +25,9 @@ use crate::health::{self, Diagnostics, Endpoints, Leadership};
 use crate::leader::{self, LeaderElection};
 use crate::metrics::Metrics;
 use crate::reconcile::{error_policy, reconcile};
+
+/// How long AnalysisRun reconciles in flight get to finish once the Rollout controller stopped.
+const ANALYSIS_RUN_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Installs the global log subscriber: `--log-format` text or JSON, filtered by `--log-level`.
 pub fn init_logging(flags: &Flags) -> Result<()> {
@@ -65,8 +69,17 @@ pub async fn client(flags: &Flags) -> Result<Client> {
             kubeconfig_error("KUBECONFIG, ~/.kube/config or in-cluster".to_string())(Box::new(e))
         })?,
     };
+    let mut config = config;
+    // Names this controller's requests in API server audit and request logs.
+    config.headers.push((
+        hyper::header::USER_AGENT,
+        hyper::header::HeaderValue::from_static(USER_AGENT),
+    ));
     Client::try_from(config).map_err(|e| kubeconfig_error("client".to_string())(Box::new(e)))
 }
+
+/// The `User-Agent` of every request the controller makes.
+pub const USER_AGENT: &str = concat!("rollouts-controller/", env!("CARGO_PKG_VERSION"));
 
 /// Lists one Rollout: a 404 means the CRD is not installed, which no retry will fix.
 pub async fn check_crd_installed(api: &Api<Rollout>, scope: &str) -> Result<()> {
@@ -85,23 +98,16 @@ pub async fn check_crd_installed(api: &Api<Rollout>, scope: &str) -> Result<()> 
 /// Runs the controller until SIGTERM/SIGINT (Ok) or until the leader lease is lost (Err).
 pub async fn run(flags: Flags) -> Result<()> {
     let client = client(&flags).await?;
-    // ReplicaSets are watched as metadata only: a change is all the trigger needs.
-    let (rollouts, replica_sets, scope): (
-        Api<Rollout>,
-        Api<PartialObjectMeta<ReplicaSet>>,
-        String,
-    ) = match &flags.namespace {
-        Some(namespace) => (
-            Api::namespaced(client.clone(), namespace),
-            Api::namespaced(client.clone(), namespace),
-            format!("in namespace {namespace}"),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            "in all namespaces".to_string(),
-        ),
+    let namespace = flags.namespace.as_deref();
+    let scope = match namespace {
+        Some(namespace) => format!("in namespace {namespace}"),
+        None => "in all namespaces".to_string(),
     };
+    let rollouts: Api<Rollout> = scoped_api(&client, namespace);
+    // ReplicaSets and AnalysisRuns are watched as metadata only: a change is all the trigger
+    // needs.
+    let replica_sets: Api<PartialObjectMeta<ReplicaSet>> = scoped_api(&client, namespace);
+    let analysis_runs: Api<PartialObjectMeta<AnalysisRun>> = scoped_api(&client, namespace);
     check_crd_installed(&rollouts, &scope).await?;
 
     let selector = flags.rollout_label_selector();
@@ -111,6 +117,11 @@ pub async fn run(flags: Flags) -> Result<()> {
             .owns(
                 replica_sets,
                 watcher::Config::default().labels(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY),
+            )
+            // A run finishing moves its step on.
+            .owns(
+                analysis_runs,
+                watcher::Config::default().labels(ROLLOUT_TYPE_LABEL),
             )
             .with_config(controller::Config::default().concurrency(flags.concurrency));
 
@@ -159,7 +170,7 @@ pub async fn run(flags: Flags) -> Result<()> {
 
     // Losing the lease stops the controller like a signal does, and makes the process fail.
     let (lost_tx, lost_rx) = watch::channel(false);
-    let stop = {
+    let stop = futures::FutureExt::shared({
         let mut lost = lost_rx.clone();
         let shutdown = shutdown.clone();
         async move {
@@ -174,7 +185,7 @@ pub async fn run(flags: Flags) -> Result<()> {
                 () = lease_lost => {}
             }
         }
-    };
+    });
     let holder = election.clone().map(|election| {
         let diagnostics = diagnostics.clone();
         tokio::spawn(async move {
@@ -194,6 +205,13 @@ pub async fn run(flags: Flags) -> Result<()> {
             prometheus_address: flags.prometheus_address.clone(),
         },
     ));
+    // AnalysisRuns have their own controller, under the same leadership and shutdown.
+    let analysis_runs = tokio::spawn(crate::analysisrun::run(
+        context.client.clone(),
+        crate::analysisrun::Options::from_flags(&flags),
+        crate::analysisrun::AnalysisRunMetrics::default(),
+        stop.clone(),
+    ));
     rollout_controller
         .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, context)
@@ -208,6 +226,16 @@ pub async fn run(flags: Flags) -> Result<()> {
             }
         })
         .await;
+    let mut analysis_runs = analysis_runs;
+    match tokio::time::timeout(ANALYSIS_RUN_SHUTDOWN_GRACE, &mut analysis_runs).await {
+        Ok(Ok(Err(error))) => tracing::error!(%error, "the AnalysisRun controller did not run"),
+        Ok(_) => {}
+        // kube's Controller stopped before its first list waits for its store forever.
+        Err(_) => {
+            tracing::warn!("the AnalysisRun controller did not stop in time; stopping it");
+            analysis_runs.abort();
+        }
+    }
     diagnostics.set_leadership(Leadership::Stopping);
 
     if let Some(holder) = holder {
@@ -229,6 +257,18 @@ pub async fn run(flags: Flags) -> Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// An API for `K` in `namespace`, or in all namespaces.
+fn scoped_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
 }
 
 /// Binds the health and metrics listeners (once when both flags name the same address).

@@ -1,6 +1,6 @@
 //! The `rollouts-controller` binary against a small fake API server on loopback: the CRD
-//! check, leader election, /readyz, status writes for invalid and valid Rollouts, and the
-//! lease released on SIGTERM. (Full scenarios run against kube-sim in e2e/.)
+//! check, leader election, /readyz, the first writes for invalid and valid Rollouts, and the
+//! lease released on SIGTERM. (Full scenarios run against kube-sim in canary_on_sim.rs.)
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -210,6 +210,12 @@ async fn answer(request: Request<Incoming>, state: &Mutex<ApiState>) -> Response
             json_response(StatusCode::OK, &rollout)
         }
         (Method::POST, p) if p.starts_with("/apis/events.k8s.io/v1/namespaces/") => {
+            json_response(StatusCode::CREATED, &body)
+        }
+        (Method::GET, p) if p.ends_with("/analysisruns") => {
+            list("AnalysisRunList", "argoproj.io/v1alpha1", Vec::new())
+        }
+        (Method::POST, p) if p.ends_with("/replicasets") => {
             json_response(StatusCode::CREATED, &body)
         }
         (_, p) => not_found(p),
@@ -506,7 +512,7 @@ async fn an_invalid_rollout_gets_the_invalid_spec_condition_and_a_warning_event(
 }
 
 #[tokio::test]
-async fn a_valid_rollout_gets_observed_generation_and_a_condition_list() {
+async fn a_valid_rollout_gets_its_first_replica_set_and_a_status() {
     let valid = Rollout::test_canary("web", vec![CanaryStep::weight(20)]);
     assert!(
         rollouts_crds::validation::validate(&valid).is_empty(),
@@ -520,23 +526,41 @@ async fn a_valid_rollout_gets_observed_generation_and_a_condition_list() {
     .await;
     let dir = TempDir::new("valid");
     let mut controller = Controller::start(&api.kubeconfig(&dir), &["--leader-elect=false"]);
-    let patch = eventually("status patch", || {
-        api.writes()
-            .into_iter()
+    let (created, patch) = eventually("ReplicaSet creation and status patch", || {
+        let writes = api.writes();
+        let created = writes
+            .iter()
+            .find(|(w, _)| w == "POST /apis/apps/v1/namespaces/shop/replicasets")
+            .map(|(_, body)| body.clone())?;
+        let patch = writes
+            .iter()
             .find(|(w, _)| {
                 w == "PATCH /apis/argoproj.io/v1alpha1/namespaces/shop/rollouts/web/status"
             })
-            .map(|(_, body)| body)
+            .map(|(_, body)| body.clone())?;
+        Some((created, patch))
     })
     .await;
+    let hash = patch["status"]["currentPodHash"]
+        .as_str()
+        .expect("currentPodHash")
+        .to_string();
+    assert_eq!(created["metadata"]["name"], json!(format!("web-{hash}")));
+    assert_eq!(
+        created["metadata"]["ownerReferences"][0]["uid"],
+        json!("0f7a7c1e-0000-4000-8000-000000000001")
+    );
+    assert_eq!(
+        created["spec"]["selector"]["matchLabels"]["rollouts-pod-template-hash"],
+        json!(hash)
+    );
     assert_eq!(patch["status"]["observedGeneration"], json!("2"));
-    assert_eq!(patch["status"]["conditions"], json!([]));
+    assert!(
+        patch["status"]["conditions"].as_array().is_some(),
+        "{patch}"
+    );
     controller.terminate();
     assert_eq!(controller.exit_code().await, 0);
-    assert!(
-        !api.writes().iter().any(|(w, _)| w.contains("/events")),
-        "a valid Rollout with nothing to do emits no event"
-    );
 }
 
 #[tokio::test]
