@@ -1,5 +1,5 @@
-//! The HTTP endpoints: `/healthz` (the process serves), `/readyz` (this replica leads, or
-//! leader election is off) and `/metrics` (Prometheus text). Served by hyper on two listeners,
+//! The HTTP endpoints: `/healthz` (the process serves), `/readyz` (this replica leads or stands
+//! by ready to take over, or leader election is off; not while stopping) and `/metrics` (Prometheus text). Served by hyper on two listeners,
 //! `--health-addr` and `--metrics-addr`, with the same routes on each.
 
 use std::convert::Infallible;
@@ -111,9 +111,11 @@ fn respond(request: &Request<Incoming>, endpoints: &Endpoints) -> Response<Full<
             Leadership::Disabled => {
                 text(StatusCode::OK, "ok: leader election disabled\n".to_string())
             }
+            // A standby is healthy and Ready: otherwise a rolling update of the Deployment, or
+            // a drain under the PodDisruptionBudget, would wait forever for the old leader.
             Leadership::Follower => text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not ready: waiting for the leader lease\n".to_string(),
+                StatusCode::OK,
+                "ok: standby, waiting for the leader lease\n".to_string(),
             ),
             Leadership::Stopping => text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -204,8 +206,8 @@ mod tests {
     async fn readyz_follows_leadership() {
         let (addr, diagnostics) = start(Leadership::Follower).await;
         let (status, body) = get(addr, "/readyz").await;
-        assert_eq!(status, 503);
-        assert!(body.contains("waiting for the leader lease"), "{body}");
+        assert_eq!(status, 200);
+        assert!(body.contains("standby, waiting for the leader lease"), "{body}");
         diagnostics.set_leadership(Leadership::Leader);
         assert_eq!(get(addr, "/readyz").await.0, 200);
         diagnostics.set_leadership(Leadership::Stopping);

@@ -429,7 +429,7 @@ async fn leads_then_releases_the_lease_on_sigterm() {
 }
 
 #[tokio::test]
-async fn a_follower_is_not_ready_while_another_replica_holds_the_lease() {
+async fn a_follower_stands_by_ready_while_another_replica_holds_the_lease() {
     let renewed = k8s_openapi::jiff::Timestamp::now().to_string();
     let api = FakeApi::start(ApiState {
         crd_installed: true,
@@ -447,7 +447,7 @@ async fn a_follower_is_not_ready_while_another_replica_holds_the_lease() {
     let health = controller.health_addr().await;
     controller.log("waiting for the leader lease").await;
     assert_eq!(http_get(health, "/healthz").await, 200);
-    assert_eq!(http_get(health, "/readyz").await, 503);
+    assert_eq!(http_get(health, "/readyz").await, 200);
     assert_eq!(
         api.lease().expect("lease")["spec"]["holderIdentity"],
         json!("other-replica")
@@ -579,7 +579,7 @@ async fn a_follower_takes_over_when_the_leader_dies() {
     let follower = Controller::start(&kubeconfig, &["--lease-duration", "3s"]);
     let follower_health = follower.health_addr().await;
     follower.log("waiting for the leader lease").await;
-    assert_eq!(http_get(follower_health, "/readyz").await, 503);
+    assert_eq!(http_get(follower_health, "/readyz").await, 200);
 
     leader.child.kill().await.expect("kills the leader");
     follower.log("became leader").await;
