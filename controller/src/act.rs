@@ -20,10 +20,10 @@ use rollouts_crds::analysis::{
     AnalysisRun, AnalysisRunSpec, AnalysisTemplate, AnalysisTemplateSpec, ClusterAnalysisTemplate,
 };
 use rollouts_crds::rollout::{
-    AnalysisRunArgument, DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, MANAGED_BY_ROLLOUTS_KEY,
-    ROLLOUT_CANARY_STEP_INDEX_LABEL, ROLLOUT_TYPE_LABEL, ROLLOUT_TYPE_POST_PROMOTION,
-    ROLLOUT_TYPE_PRE_PROMOTION, ROLLOUT_TYPE_STEP, RolloutAnalysisTemplate,
-    SCALE_DOWN_DEADLINE_ANNOTATION_KEY, ValueFromPodTemplateHash,
+    AnalysisRunArgument, CONTROLLER_INSTANCE_ID_LABEL_KEY, DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY,
+    MANAGED_BY_ROLLOUTS_KEY, ROLLOUT_CANARY_STEP_INDEX_LABEL, ROLLOUT_TYPE_LABEL,
+    ROLLOUT_TYPE_POST_PROMOTION, ROLLOUT_TYPE_PRE_PROMOTION, ROLLOUT_TYPE_STEP,
+    RolloutAnalysisTemplate, SCALE_DOWN_DEADLINE_ANNOTATION_KEY, ValueFromPodTemplateHash,
 };
 use rollouts_crds::rollout::{PodTemplateMetadata, Rollout, RolloutStatus};
 use rollouts_traffic::TrafficRouter;
@@ -698,6 +698,11 @@ async fn create_analysis_run(
         DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY.into(),
         run.pod_template_hash.clone(),
     );
+    // As Argo: the run carries its Rollout's instance label, so the AnalysisRun controller of
+    // the same `--instance-id` (and only that one) measures it.
+    if let Some(instance) = rollout.labels().get(CONTROLLER_INSTANCE_ID_LABEL_KEY) {
+        labels.insert(CONTROLLER_INSTANCE_ID_LABEL_KEY.into(), instance.clone());
+    }
     analysis_run.metadata.namespace = Some(target.namespace.clone());
     analysis_run.metadata.labels = Some(labels);
     analysis_run.metadata.annotations = metadata.annotations;

@@ -207,7 +207,10 @@ mod tests {
         let (addr, diagnostics) = start(Leadership::Follower).await;
         let (status, body) = get(addr, "/readyz").await;
         assert_eq!(status, 200);
-        assert!(body.contains("standby, waiting for the leader lease"), "{body}");
+        assert!(
+            body.contains("standby, waiting for the leader lease"),
+            "{body}"
+        );
         diagnostics.set_leadership(Leadership::Leader);
         assert_eq!(get(addr, "/readyz").await.0, 200);
         diagnostics.set_leadership(Leadership::Stopping);

@@ -17,6 +17,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
+
+use crate::analysisrun::AnalysisRunMetrics;
 use rollouts_crds::conditions;
 use rollouts_crds::rollout::Rollout;
 
@@ -77,6 +79,8 @@ pub struct Metrics {
     reconcile: Family<RolloutLabels, Histogram, fn() -> Histogram>,
     reconcile_errors: Family<ReconcileErrorLabels, Counter>,
     events: Family<EventLabels, Counter>,
+    /// The AnalysisRun controller's counters, registered here so `/metrics` serves them.
+    pub analysis_runs: AnalysisRunMetrics,
 }
 
 impl Metrics {
@@ -107,11 +111,14 @@ impl Metrics {
             }),
         );
         registry.register_collector(Box::new(RolloutCollector { rollouts }));
+        let analysis_runs = AnalysisRunMetrics::default();
+        analysis_runs.register(&mut registry);
         Self {
             registry,
             reconcile,
             reconcile_errors,
             events,
+            analysis_runs,
         }
     }
 
@@ -318,6 +325,22 @@ mod tests {
             reason: reason.into(),
             message: String::new(),
         }
+    }
+
+    #[test]
+    fn analysis_run_counters_are_served_with_the_rest() {
+        let metrics = metrics_with(Vec::new());
+        metrics
+            .analysis_runs
+            .clone()
+            .measured("prometheus", "Failed");
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                r#"analysis_run_measurements_total{provider="prometheus",phase="Failed"} 1"#
+            ),
+            "{text}"
+        );
     }
 
     fn metrics_with(rollouts: Vec<Rollout>) -> Metrics {

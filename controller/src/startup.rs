@@ -209,7 +209,7 @@ pub async fn run(flags: Flags) -> Result<()> {
     let analysis_runs = tokio::spawn(crate::analysisrun::run(
         context.client.clone(),
         crate::analysisrun::Options::from_flags(&flags),
-        crate::analysisrun::AnalysisRunMetrics::default(),
+        context.metrics.analysis_runs.clone(),
         stop.clone(),
     ));
     rollout_controller
