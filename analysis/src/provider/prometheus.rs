@@ -271,9 +271,36 @@ async fn send(http: reqwest::Client, mut key: QueryKey) -> Result<Data, String> 
             "prometheus query timed out after {}",
             duration::format(key.timeout)
         )),
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Err(e)) => Err(with_causes(&e)),
         Ok(Ok(answer)) => Ok(answer.into_inner().0),
     }
+}
+
+/// An error followed by its causes: the client's own text ("failed to send request to server")
+/// does not say where to or why (connection refused, DNS, TLS).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let mut next = e.to_string();
+        if let Some(url) = e
+            .downcast_ref::<reqwest::Error>()
+            .and_then(reqwest::Error::url)
+        {
+            // The query string can carry a secret argument, percent-encoded past redaction.
+            let mut bare = url.clone();
+            bare.set_query(None);
+            let _ = bare.set_password(None);
+            let _ = bare.set_username("");
+            next = next.replace(url.as_str(), bare.as_str());
+        }
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = e.source();
+    }
+    text
 }
 
 /// The metric's headers plus basic authentication, checked.
