@@ -6,7 +6,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::verbs;
 
-/// Manage Rollouts: promote, abort, retry, pause, restart, set image, undo, lint.
+/// Manage Rollouts: get, list, status, plan, promote, abort, retry, pause, restart, set image,
+/// undo, lint.
 #[derive(Debug, Parser)]
 #[command(name = "kubectl-rollouts", bin_name = "kubectl-rollouts", version)]
 pub struct Cli {
@@ -47,6 +48,14 @@ pub enum ObjectFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Show a rollout as a tree of revisions, ReplicaSets, pods and AnalysisRuns.
+    #[command(subcommand)]
+    Get(verbs::get::Kind),
+    /// List rollouts.
+    #[command(subcommand)]
+    List(verbs::list::Kind),
+    /// Show a rollout's health; by default watch it until it is Healthy or Degraded.
+    Status(verbs::status::Args),
     /// Promote a rollout to its next step, or with --full to the end.
     Promote(verbs::promote::Args),
     /// Abort a rollout: go back to the stable version.
@@ -68,6 +77,8 @@ pub enum Command {
     /// Terminate a running AnalysisRun.
     #[command(subcommand)]
     Terminate(verbs::terminate::Kind),
+    /// Print, step by step, the replica counts and weights a rollout would go through.
+    Plan(verbs::plan::Args),
     /// Lint and validate Rollout and AnalysisTemplate manifests in a file.
     Lint(verbs::lint::Args),
     /// Print the plugin's version.

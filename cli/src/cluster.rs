@@ -1,12 +1,15 @@
-//! The connection to the cluster: kubeconfig and namespace from the kubectl flags, reads, and the
-//! one place patches are sent.
+//! The connection to the cluster: kubeconfig and namespace from the kubectl flags, reads, lists
+//! and watches for the read-only verbs, and the one place patches are sent.
 
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use kube::api::{Api, ListParams, PatchParams};
+use kube::api::{Api, ApiResource, ListParams, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::{DynamicObject, Request};
+use kube::core::{DynamicObject, GroupVersionKind, Request};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config};
 use rollouts_crds::rollout::Rollout;
+use serde_json::Value;
 
 use crate::args::KubeFlags;
 use crate::error::{Error, Result};
@@ -30,6 +33,58 @@ fn check_context(kubeconfig: &Kubeconfig, context: &str) -> Result<()> {
             names.join(", ")
         }
     )))
+}
+
+/// The kinds the read-only verbs list and watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watched {
+    Rollout,
+    ReplicaSet,
+    Pod,
+    AnalysisRun,
+}
+
+impl Watched {
+    fn resource(self) -> ApiResource {
+        let (group, version, kind, plural) = match self {
+            Watched::Rollout => ("argoproj.io", "v1alpha1", "Rollout", "rollouts"),
+            Watched::ReplicaSet => ("apps", "v1", "ReplicaSet", "replicasets"),
+            Watched::Pod => ("", "v1", "Pod", "pods"),
+            Watched::AnalysisRun => ("argoproj.io", "v1alpha1", "AnalysisRun", "analysisruns"),
+        };
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+    }
+}
+
+/// Which objects of one kind a read-only verb lists and watches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    pub kind: Watched,
+    pub all_namespaces: bool,
+    /// A label selector (`app=web,track in (canary)`).
+    pub labels: Option<String>,
+    /// A field selector (`metadata.name=web`).
+    pub fields: Option<String>,
+}
+
+impl Selection {
+    /// Every object of `kind` in the verb's namespace.
+    pub fn all(kind: Watched) -> Self {
+        Self {
+            kind,
+            all_namespaces: false,
+            labels: None,
+            fields: None,
+        }
+    }
+
+    /// The one object of `kind` called `name`.
+    pub fn named(kind: Watched, name: &str) -> Self {
+        Self {
+            fields: Some(format!("metadata.name={name}")),
+            ..Self::all(kind)
+        }
+    }
 }
 
 /// A client bound to the namespace the verb works in.
@@ -152,5 +207,73 @@ impl Cluster {
             .request(request)
             .await
             .map_err(|e| self.error(e, "patching", patch.target, &patch.name))
+    }
+
+    fn api(&self, kind: Watched, all_namespaces: bool) -> Api<DynamicObject> {
+        let resource = kind.resource();
+        if all_namespaces {
+            Api::all_with(self.client.clone(), &resource)
+        } else {
+            Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
+        }
+    }
+
+    /// Objects of `selection.kind`, as JSON. `about` names the Rollout the listing is for, for
+    /// error messages.
+    pub async fn list_json(&self, selection: &Selection, about: &str) -> Result<Vec<Value>> {
+        let mut params = ListParams::default();
+        if let Some(labels) = &selection.labels {
+            params = params.labels(labels);
+        }
+        if let Some(fields) = &selection.fields {
+            params = params.fields(fields);
+        }
+        let list = self
+            .api(selection.kind, selection.all_namespaces)
+            .list(&params)
+            .await
+            .map_err(|e| self.error(e, "listing objects for", TargetKind::Rollout, about))?;
+        list.items
+            .into_iter()
+            .map(|item| serde_json::to_value(item).map_err(|e| Error::Output(e.to_string())))
+            .collect()
+    }
+
+    /// One Rollout as JSON.
+    pub async fn rollout_json(&self, name: &str) -> Result<Value> {
+        let object = self
+            .api(Watched::Rollout, false)
+            .get(name)
+            .await
+            .map_err(|e| self.error(e, "getting", TargetKind::Rollout, name))?;
+        serde_json::to_value(object).map_err(|e| Error::Output(e.to_string()))
+    }
+
+    /// Ticks once per change to an object of any of `selections` (after each watch's initial
+    /// listing too); watches that fail are retried with backoff.
+    pub fn changes(
+        &self,
+        selections: &[Selection],
+    ) -> impl Stream<Item = ()> + Send + Unpin + use<> {
+        let streams = selections.iter().map(|selection| {
+            let mut config = watcher::Config::default();
+            if let Some(labels) = &selection.labels {
+                config = config.labels(labels);
+            }
+            if let Some(fields) = &selection.fields {
+                config = config.fields(fields);
+            }
+            watcher(self.api(selection.kind, selection.all_namespaces), config)
+                .default_backoff()
+                .filter_map(|event| async move {
+                    match event {
+                        Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
+                        | Ok(watcher::Event::InitDone) => Some(()),
+                        _ => None,
+                    }
+                })
+                .boxed()
+        });
+        futures::stream::select_all(streams)
     }
 }

@@ -50,6 +50,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The Rollout ended Degraded, or did not finish in time (`status`).
+    #[error("error: {0}")]
+    Unhealthy(String),
     /// Writing output failed (a closed pipe, a bad encoder).
     #[error("error: cannot write output: {0}")]
     Output(String),

@@ -97,7 +97,7 @@ fn json_output_carries_every_finding() {
     assert_eq!(report["file"], "warnings-basic-canary.yaml");
     assert_eq!(report["checked"], 1);
     let findings = report["findings"].as_array().expect("findings is a list");
-    assert_eq!(findings.len(), 6);
+    assert_eq!(findings.len(), 5);
     let weight = findings
         .iter()
         .find(|f| f["path"] == "spec.strategy.canary.steps[0].setWeight")
@@ -110,7 +110,7 @@ fn json_output_carries_every_finding() {
         weight["reason"]
             .as_str()
             .unwrap()
-            .contains("about 25% (1 of 4 pods; approximate")
+            .contains("5% becomes 20% (1 canary and 4 stable pods")
     );
 }
 

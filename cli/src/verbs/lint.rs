@@ -26,8 +26,6 @@ use crate::args::ObjectFormat;
 use crate::error::{Error, Result};
 use crate::verbs::render;
 
-pub use advice::{WeightApproximation, approximate_weight};
-
 /// `lint` arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {

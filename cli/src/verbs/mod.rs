@@ -2,13 +2,17 @@
 
 pub mod abort;
 pub mod completion;
+pub mod get;
 pub mod lint;
+pub mod list;
 pub mod pause;
+pub mod plan;
 pub mod promote;
 pub mod restart;
 pub mod resume;
 pub mod retry;
 pub mod set_image;
+pub mod status;
 pub mod terminate;
 pub mod undo;
 pub mod version;

@@ -3,7 +3,10 @@
 use rollouts_crds::rollout::{CanaryStrategy, Rollout};
 use serde_json::Value;
 
+use rollouts_controller::planner::replicas::resolve_fenceposts;
+
 use super::{Finding, Severity};
+use crate::verbs::plan::basic_canary_split;
 
 /// A replica-count weight this many percentage points away from the asked weight is reported.
 const WEIGHT_TOLERANCE_POINTS: f64 = 5.0;
@@ -139,29 +142,41 @@ fn header_routes(canary: &CanaryStrategy) -> Vec<Finding> {
         .collect()
 }
 
-/// setWeight steps whose pod-count approximation is far from the weight (a canary without a
-/// traffic router splits traffic by pods).
+/// setWeight steps that pod counts cannot give closely (a canary without a traffic router
+/// splits traffic by pods), sized with the controller's own arithmetic, as `plan` shows them.
 fn replica_weights(rollout: &Rollout, canary: &CanaryStrategy) -> Vec<Finding> {
     if canary.traffic_routing.is_some() {
         return Vec::new();
     }
     let replicas = rollout.spec.effective_replicas();
+    // A maxSurge that does not resolve is reported by validation; there is nothing to size.
+    let Ok(fenceposts) = resolve_fenceposts(
+        canary.max_surge.as_ref(),
+        canary.max_unavailable.as_ref(),
+        replicas,
+    ) else {
+        return Vec::new();
+    };
     let steps = canary.steps.as_deref().unwrap_or_default();
     steps
         .iter()
         .enumerate()
         .filter_map(|(index, step)| {
             let weight = step.set_weight?;
-            let approximation = approximate_weight(weight, replicas)?;
-            ((approximation.percent - f64::from(weight)).abs() > WEIGHT_TOLERANCE_POINTS).then(|| {
+            if weight <= 0 || weight >= 100 || replicas <= 0 {
+                return None;
+            }
+            let split = basic_canary_split(replicas, weight, fenceposts.max_surge);
+            (f64::from((split.weight - weight).abs()) > WEIGHT_TOLERANCE_POINTS).then(|| {
                 Finding::new(
                     Severity::Warning,
                     format!("spec.strategy.canary.steps[{index}].setWeight"),
                     format!(
-                        "with {replicas} replica{} and no traffic router, {weight}% becomes about {:.0}% ({} of {replicas} pods; approximate: traffic splits by pod count)",
+                        "with {replicas} replica{} and no traffic router, {weight}% becomes {}% ({} canary and {} stable pods; traffic splits by pod count; see `kubectl rollouts plan`)",
                         if replicas == 1 { "" } else { "s" },
-                        approximation.percent,
-                        approximation.canary_pods,
+                        split.weight,
+                        split.canary,
+                        split.stable,
                     ),
                     format!(
                         "use a weight that is a multiple of {:.0}%, raise spec.replicas, or configure spec.strategy.canary.trafficRouting for exact weights",
@@ -173,51 +188,28 @@ fn replica_weights(rollout: &Rollout, canary: &CanaryStrategy) -> Vec<Finding> {
         .collect()
 }
 
-/// What a weight turns into when traffic follows pod counts.
-#[derive(Debug, PartialEq)]
-pub struct WeightApproximation {
-    pub canary_pods: i32,
-    pub percent: f64,
-}
-
-/// Our nearest-count rule (approximate; the controller's exact arithmetic also depends on surge):
-/// the nearest whole number of canary pods, at least one for any weight above zero.
-/// `None` for weights 0 and 100 and for zero replicas, which are exact.
-pub fn approximate_weight(weight: i32, replicas: i32) -> Option<WeightApproximation> {
-    if weight <= 0 || weight >= 100 || replicas <= 0 {
-        return None;
-    }
-    let exact = f64::from(weight) * f64::from(replicas) / 100.0;
-    // A weight asked for is never zero pods, and never the whole set while it is below 100%.
-    let canary_pods = (exact.round() as i32).clamp(1, replicas);
-    Some(WeightApproximation {
-        canary_pods,
-        percent: 100.0 * f64::from(canary_pods) / f64::from(replicas),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn five_percent_of_four_pods_is_one_pod() {
-        assert_eq!(
-            approximate_weight(5, 4),
-            Some(WeightApproximation {
-                canary_pods: 1,
-                percent: 25.0
-            })
+    fn weights_far_from_what_pods_give_are_reported_with_the_controllers_split() {
+        let rollout: Rollout = serde_json::from_value(serde_json::json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 4, "strategy": {"canary": {"maxSurge": 1, "maxUnavailable": 0,
+                "steps": [{"setWeight": 5}, {"setWeight": 25}, {"setWeight": 100}]}}}
+        }))
+        .expect("a Rollout");
+        let findings = replica_weights(&rollout, rollout.canary().expect("canary"));
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        let split = basic_canary_split(4, 5, 1);
+        let text = format!("{findings:?}");
+        assert!(text.contains("steps[0].setWeight"), "{text}");
+        assert!(
+            text.contains(&format!("5% becomes {}%", split.weight)),
+            "{text}"
         );
-        assert_eq!(
-            approximate_weight(30, 10),
-            Some(WeightApproximation {
-                canary_pods: 3,
-                percent: 30.0
-            })
-        );
-        assert_eq!(approximate_weight(100, 4), None);
-        assert_eq!(approximate_weight(50, 0), None);
     }
 
     #[test]

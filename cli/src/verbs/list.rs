@@ -1,0 +1,82 @@
+//! `list rollouts [-A] [--watch]`: one line per Rollout with its strategy, status, step,
+//! weight and replica counts; with `--watch`, the table again whenever a Rollout changes.
+
+use futures::StreamExt;
+
+use crate::cluster::{Cluster, Selection, Watched};
+use crate::error::Result;
+use crate::view::{list_row, list_table};
+
+/// `list rollouts`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Kind {
+    /// List rollouts with their status, step, weight and replicas.
+    #[command(visible_aliases = ["rollout", "ro"])]
+    Rollouts(Args),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// List rollouts in every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Print the table again whenever a rollout changes (Ctrl-C to stop).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+}
+
+fn selection(args: &Args) -> Selection {
+    Selection {
+        all_namespaces: args.all_namespaces,
+        ..Selection::all(Watched::Rollout)
+    }
+}
+
+async fn table(cluster: &Cluster, args: &Args) -> Result<Vec<String>> {
+    let mut rollouts = cluster.list_json(&selection(args), "*").await?;
+    rollouts.sort_by_key(|r| {
+        (
+            r.pointer("/metadata/namespace")
+                .and_then(|v| v.as_str())
+                .map(String::from),
+            r.pointer("/metadata/name")
+                .and_then(|v| v.as_str())
+                .map(String::from),
+        )
+    });
+    let rows: Vec<_> = rollouts.iter().map(list_row).collect();
+    Ok(list_table(&rows, args.all_namespaces))
+}
+
+pub async fn run(cluster: &Cluster, kind: &Kind) -> Result<()> {
+    let Kind::Rollouts(args) = kind;
+    let mut shown = table(cluster, args).await?;
+    if shown.len() == 1 && !args.watch {
+        let scope = if args.all_namespaces {
+            "any namespace".to_string()
+        } else {
+            format!("namespace '{}'", cluster.namespace)
+        };
+        println!("No rollouts found in {scope}.");
+        return Ok(());
+    }
+    println!("{}", shown.join("\n"));
+    if !args.watch {
+        return Ok(());
+    }
+    let mut changes = cluster.changes(&[selection(args)]);
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        tokio::select! {
+            _ = &mut interrupted => return Ok(()),
+            change = changes.next() => if change.is_none() { return Ok(()) },
+        }
+        let lines = table(cluster, args).await?;
+        // The header is printed once and only changed rows again, as `kubectl get -w` does.
+        for line in lines.iter().skip(1).filter(|line| !shown.contains(line)) {
+            println!("{line}");
+        }
+        shown = lines;
+    }
+}
