@@ -86,7 +86,9 @@ async fn reconcile_rollout(rollout: &Rollout, namespace: &str, ctx: &Context) ->
         record_invalid_spec(rollout, namespace, &findings, ctx).await?;
         return Ok(Action::requeue(INVALID_SPEC_REQUEUE));
     }
-    let routers = traffic_routers(rollout, namespace, ctx)?;
+    let Some(routers) = ready_routers(rollout, namespace, ctx).await? else {
+        return Ok(Action::requeue(INVALID_SPEC_REQUEUE));
+    };
     let (observed, services) = observe(rollout, namespace, &routers, ctx).await?;
     apply_plan(rollout, &observed, &services, &routers, ctx).await
 }
@@ -274,12 +276,16 @@ fn observed_analysis_run(run: &AnalysisRun) -> ObservedAnalysisRun {
     }
 }
 
-/// The routers of `spec.strategy.canary.trafficRouting`; none without it.
-fn traffic_routers(
+/// The routers of `spec.strategy.canary.trafficRouting` once they can be acted on; none without
+/// it. A configuration the routers refuse gets `InvalidSpec` (`None`: look again later); a router
+/// object that does not exist gets `InvalidSpec` naming it, and the reconcile fails so it is
+/// retried with backoff (and at once when the object appears, through the router watches).
+/// Nothing is scaled or routed meanwhile.
+async fn ready_routers(
     rollout: &Rollout,
     namespace: &str,
     ctx: &Context,
-) -> Result<Vec<Box<dyn TrafficRouter>>> {
+) -> Result<Option<Vec<Box<dyn TrafficRouter>>>> {
     let routed = rollout
         .spec
         .strategy
@@ -287,15 +293,54 @@ fn traffic_routers(
         .as_ref()
         .is_some_and(|canary| canary.traffic_routing.is_some());
     if !routed {
-        return Ok(Vec::new());
+        return Ok(Some(Vec::new()));
     }
-    rollouts_traffic::routers(ctx.client.clone(), rollout).map_err(|source| Error::Traffic {
-        operation: "configure",
+    let failed = |operation: &'static str, source: rollouts_traffic::Error| Error::Traffic {
+        operation,
         router: "trafficRouting".to_string(),
         namespace: namespace.to_string(),
         rollout: rollout.name_any(),
         source: Box::new(source),
-    })
+    };
+    let routers = match rollouts_traffic::routers(ctx.client.clone(), rollout) {
+        Ok(routers) => routers,
+        Err(rollouts_traffic::Error::InvalidSpec { field, reason, .. }) => {
+            let finding = FieldError::new(
+                field,
+                reason,
+                "correct spec.strategy.canary.trafficRouting as the reason says",
+            );
+            record_invalid_spec(rollout, namespace, &[finding], ctx).await?;
+            return Ok(None);
+        }
+        Err(source) => return Err(failed("configure", source)),
+    };
+    match rollouts_traffic::check_router_objects(&ctx.client, rollout).await {
+        Ok(()) => Ok(Some(routers)),
+        Err(rollouts_traffic::Error::NotFound {
+            kind,
+            object,
+            rollout: reference,
+            field,
+        }) => {
+            let finding = FieldError::new(
+                field.as_str(),
+                format!("{kind} {object} not found"),
+                format!(
+                    "create {kind} {object}, or name an existing one in {field} (the {kind} CRD must be installed)"
+                ),
+            );
+            record_invalid_spec(rollout, namespace, &[finding], ctx).await?;
+            let source = rollouts_traffic::Error::NotFound {
+                kind,
+                object,
+                rollout: reference,
+                field,
+            };
+            Err(failed("find the router objects", source))
+        }
+        Err(source) => Err(failed("find the router objects", source)),
+    }
 }
 
 /// `rollouts-pod-template-hash` plus the selector's matchLabels: only our ReplicaSets come back.

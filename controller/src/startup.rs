@@ -124,6 +124,7 @@ pub async fn run(flags: Flags) -> Result<()> {
                 watcher::Config::default().labels(ROLLOUT_TYPE_LABEL),
             )
             .with_config(controller::Config::default().concurrency(flags.concurrency));
+    let rollout_controller = watch_router_objects(rollout_controller, &client, namespace).await;
 
     let metrics = Arc::new(Metrics::new(rollout_controller.store()));
     let diagnostics = Arc::new(Diagnostics::new(if flags.leader_elect {
@@ -318,4 +319,68 @@ fn shutdown_on_signal() -> watch::Receiver<bool> {
 async fn wait_for(mut shutdown: watch::Receiver<bool>) {
     // An Err means the sender is gone, which only happens if the signal task died: stop too.
     let _ = shutdown.wait_for(|requested| *requested).await;
+}
+
+/// Adds a watch per router object kind (Ingress, and VirtualService, DestinationRule and
+/// HTTPRoute where their CRDs are installed) that reconciles the Rollouts naming the object, so
+/// an out-of-band edit to a field the routers own is put back within seconds. A kind whose CRD
+/// is installed after start-up is not watched until a restart.
+async fn watch_router_objects(
+    rollout_controller: Controller<Rollout>,
+    client: &Client,
+    namespace: Option<&str>,
+) -> Controller<Rollout> {
+    use kube::ResourceExt;
+    use kube::api::DynamicObject;
+    use kube::runtime::reflector::ObjectRef;
+
+    let mut rollout_controller = rollout_controller;
+    let kinds = [
+        rollouts_traffic::INGRESS,
+        rollouts_traffic::VIRTUAL_SERVICE,
+        rollouts_traffic::DESTINATION_RULE,
+        rollouts_traffic::HTTP_ROUTE,
+    ];
+    for kind in kinds {
+        let resource = kind.api_resource();
+        let api: Api<DynamicObject> = match namespace {
+            Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                tracing::info!(
+                    kind = kind.kind,
+                    "not installed; its router objects are not watched"
+                );
+                continue;
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                tracing::warn!(kind = kind.kind, reason = %status.message, "not permitted to list; its router objects are not watched (grant list and watch in the controller's role)");
+                continue;
+            }
+            // The watcher retries on its own; the kind is there but the list failed this once.
+            Err(error) => tracing::warn!(kind = kind.kind, %error, "cannot list router objects"),
+        }
+        let rollouts = rollout_controller.store();
+        let mapper = move |object: DynamicObject| {
+            let object_namespace = object.namespace().unwrap_or_default();
+            let object_name = object.name_any();
+            rollouts
+                .state()
+                .into_iter()
+                .filter(|rollout| {
+                    rollouts_traffic::router_objects(rollout)
+                        .iter()
+                        .any(|named| named.is(kind.kind, &object_namespace, &object_name))
+                })
+                .map(|rollout| ObjectRef::from_obj(rollout.as_ref()))
+                .collect::<Vec<_>>()
+        };
+        tracing::info!(kind = kind.kind, "watching router objects");
+        rollout_controller =
+            rollout_controller.watches_with(api, resource, watcher::Config::default(), mapper);
+    }
+    rollout_controller
 }

@@ -442,6 +442,14 @@ pub fn verify_weight(
     }))
 }
 
+/// The labels of an object; an empty map is no labels (the API server does not keep one, so an
+/// empty map wanted must not read as a change at every reconcile).
+fn labels_of(object: &Value) -> Option<&Value> {
+    object
+        .pointer("/metadata/labels")
+        .filter(|labels| !labels.as_object().is_some_and(|map| map.is_empty()))
+}
+
 fn without_rules_of(route: &Value, name: &str) -> Value {
     let mut desired = route.clone();
     let only = [name.to_string()];
@@ -891,7 +899,7 @@ impl GatewayApiRouter {
                 };
                 let desired = transform(found, &route_ref)?;
                 if desired.get("spec") == found.get("spec")
-                    && desired.pointer("/metadata/labels") == found.pointer("/metadata/labels")
+                    && labels_of(&desired) == labels_of(found)
                 {
                     return Ok(None);
                 }
@@ -1000,5 +1008,19 @@ impl TrafficRouter for GatewayApiRouter {
             })
             .await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_label_map_is_no_labels() {
+        let bare = json!({"metadata": {"name": "shop"}});
+        let empty = json!({"metadata": {"name": "shop", "labels": {}}});
+        let labelled = json!({"metadata": {"name": "shop", "labels": {"team": "web"}}});
+        assert_eq!(labels_of(&bare), labels_of(&empty));
+        assert_ne!(labels_of(&bare), labels_of(&labelled));
     }
 }

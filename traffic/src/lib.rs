@@ -13,6 +13,7 @@ pub mod gatewayapi;
 pub mod istio;
 pub mod nginx;
 pub mod object;
+pub mod references;
 mod shell;
 
 use std::fmt;
@@ -25,6 +26,8 @@ use rollouts_crds::rollout::{
 };
 
 pub use error::{Error, Result};
+pub use references::{RouterObject, check_router_objects, router_objects};
+pub use shell::{DESTINATION_RULE, HTTP_ROUTE, INGRESS, RouterObjectKind, VIRTUAL_SERVICE};
 
 /// The field manager of every server-side apply the routers make.
 pub const FIELD_MANAGER: &str = "rollouts-controller";

@@ -7,15 +7,15 @@ use serde_json::Value;
 use crate::{Error, FIELD_MANAGER, Result};
 
 /// One kind of router object, addressed through the dynamic API.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RouterObjectKind {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouterObjectKind {
     pub group: &'static str,
     pub version: &'static str,
     pub kind: &'static str,
     pub plural: &'static str,
 }
 
-pub(crate) const INGRESS: RouterObjectKind = RouterObjectKind {
+pub const INGRESS: RouterObjectKind = RouterObjectKind {
     group: "networking.k8s.io",
     version: "v1",
     kind: "Ingress",
@@ -30,21 +30,21 @@ pub(crate) const SERVICE: RouterObjectKind = RouterObjectKind {
 };
 
 // Istio serves v1alpha3 in every release; Argo Rollouts reads it by default too.
-pub(crate) const VIRTUAL_SERVICE: RouterObjectKind = RouterObjectKind {
+pub const VIRTUAL_SERVICE: RouterObjectKind = RouterObjectKind {
     group: "networking.istio.io",
     version: "v1alpha3",
     kind: "VirtualService",
     plural: "virtualservices",
 };
 
-pub(crate) const DESTINATION_RULE: RouterObjectKind = RouterObjectKind {
+pub const DESTINATION_RULE: RouterObjectKind = RouterObjectKind {
     group: "networking.istio.io",
     version: "v1alpha3",
     kind: "DestinationRule",
     plural: "destinationrules",
 };
 
-pub(crate) const HTTP_ROUTE: RouterObjectKind = RouterObjectKind {
+pub const HTTP_ROUTE: RouterObjectKind = RouterObjectKind {
     group: "gateway.networking.k8s.io",
     version: "v1",
     kind: "HTTPRoute",
@@ -52,10 +52,14 @@ pub(crate) const HTTP_ROUTE: RouterObjectKind = RouterObjectKind {
 };
 
 impl RouterObjectKind {
-    fn api(&self, client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    /// The dynamic API type of this kind, for reads, writes and watches.
+    pub fn api_resource(&self) -> ApiResource {
         let gvk = GroupVersionKind::gvk(self.group, self.version, self.kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, self.plural);
-        Api::namespaced_with(client.clone(), namespace, &resource)
+        ApiResource::from_gvk_with_plural(&gvk, self.plural)
+    }
+
+    fn api(&self, client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), namespace, &self.api_resource())
     }
 
     /// `apiVersion` of this kind (`v1` alone for the core group).

@@ -33,9 +33,9 @@ pub(super) fn validate(
     Ok(valid)
 }
 
-/// The gate: `false` while the act phase does not call the traffic routers. Set it to `true`
-/// once it applies [`super::TrafficPlan`], and routed canaries are planned instead of refused.
-pub(super) const TRAFFIC_ROUTING_APPLIED: bool = false;
+/// The gate: `true` since the act phase applies [`super::TrafficPlan`] to the routers (and
+/// re-asserts it on every reconcile), so routed canaries are planned instead of refused.
+pub(super) const TRAFFIC_ROUTING_APPLIED: bool = true;
 
 /// Refuses `trafficRouting`: the planner sizes ReplicaSets and status weights for it, but this
 /// controller version does not yet send those weights to any router, so status would claim
