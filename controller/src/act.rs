@@ -68,6 +68,17 @@ pub async fn apply(
         // Someone created it between our list and our create: plan again from what is there.
         return Ok(Action::requeue(Duration::ZERO));
     }
+    if let Some(revise) = &plan.revise_replica_set {
+        let value = revise.revision.to_string();
+        let live = observed
+            .replica_sets
+            .iter()
+            .find(|rs| rs.name == revise.name)
+            .and_then(|rs| rs.annotations.get(REVISION_ANNOTATION));
+        if live != Some(&value) {
+            annotate_revision(&target, &revise.name, &value, ctx).await?;
+        }
+    }
     for scale in &plan.scale_replica_sets {
         let live = observed
             .replica_sets
@@ -135,6 +146,9 @@ pub async fn apply(
         if running {
             terminate_analysis_run(&target, name, ctx).await?;
         }
+    }
+    for name in &plan.delete_analysis_runs {
+        delete_analysis_run(&target, name, ctx).await?;
     }
     for name in &plan.delete_replica_sets {
         delete_replica_set(&target, name, ctx).await?;
@@ -435,6 +449,22 @@ async fn scale_replica_set(target: &Target, name: &str, to: i32, ctx: &Context) 
     Ok(())
 }
 
+/// Raises a reused ReplicaSet's revision annotation.
+async fn annotate_revision(
+    target: &Target,
+    name: &str,
+    revision: &str,
+    ctx: &Context,
+) -> Result<()> {
+    let api: Api<ReplicaSet> = target.api(ctx);
+    let patch = json!({ "metadata": { "annotations": { REVISION_ANNOTATION: revision } } });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(target.write_error("set the revision of", "ReplicaSet", name))?;
+    tracing::info!(replica_set = %name, revision, "revised ReplicaSet");
+    Ok(())
+}
+
 /// Sets (`Some`) or removes (`None`) a ReplicaSet's `scale-down-deadline` annotation.
 async fn annotate_scale_down_deadline(
     target: &Target,
@@ -658,6 +688,9 @@ async fn create_analysis_run(
     let field = match run.rollout_type.as_str() {
         ROLLOUT_TYPE_PRE_PROMOTION => "spec.strategy.blueGreen.prePromotionAnalysis".to_string(),
         ROLLOUT_TYPE_POST_PROMOTION => "spec.strategy.blueGreen.postPromotionAnalysis".to_string(),
+        rollouts_crds::rollout::ROLLOUT_TYPE_BACKGROUND => {
+            "spec.strategy.canary.analysis".to_string()
+        }
         _ => format!("spec.strategy.canary.steps[{}].analysis", run.step_index),
     };
     let invalid = |reason: String| Error::InvalidAnalysis {
@@ -852,6 +885,19 @@ async fn terminate_analysis_run(target: &Target, name: &str, ctx: &Context) -> R
         }
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(source) => Err(target.write_error("terminate", "AnalysisRun", name)(source)),
+    }
+}
+
+/// Deletes a finished run beyond the Rollout's run history limits; one already gone is fine.
+async fn delete_analysis_run(target: &Target, name: &str, ctx: &Context) -> Result<()> {
+    let api: Api<AnalysisRun> = target.api(ctx);
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {
+            tracing::info!(analysis_run = %name, "deleted AnalysisRun beyond the run history limits");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(target.write_error("delete", "AnalysisRun", name)(source)),
     }
 }
 

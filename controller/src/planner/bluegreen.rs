@@ -27,8 +27,8 @@ use super::status::{
 use super::validation::{has_templates, validate_blue_green};
 use super::{
     AnalysisRunToCreate, Event, EventType, NewReplicaSet, Observed, ObservedAnalysisRun,
-    ObservedReplicaSet, Plan, ReplicaSetMetadata, ReplicaSetScale, ScaleDownDeadline,
-    ServiceSelector,
+    ObservedReplicaSet, Plan, ReplicaSetMetadata, ReplicaSetRevision, ReplicaSetScale,
+    ScaleDownDeadline, ServiceSelector,
 };
 
 /// Argo looks again this soon at a Rollout whose Services are missing: they may be applied
@@ -227,6 +227,7 @@ impl<'a> BlueGreen<'a> {
         next.observed_generation = generation_string(self.rollout);
         (next.phase, next.message) = phase(&self.rollout.spec, &next);
 
+        plan.revise_replica_set = self.revise_replica_set();
         plan.service_selectors = self.service_selectors(&next);
         plan.replica_set_metadata = self.replica_set_metadata(&next);
         self.requeue_for_progress_deadline(&next);
@@ -325,11 +326,30 @@ impl<'a> BlueGreen<'a> {
             .map(|condition| &condition.start_time)
     }
 
+    /// The current template's revision: a reused ReplicaSet older than another becomes the
+    /// newest again (Argo's `syncReplicaSetRevision`).
     fn revision(&self) -> i64 {
-        match self.new_rs {
-            Some(rs) => rs.revision().unwrap_or_default(),
-            None => self.next_revision(),
-        }
+        let Some(new_rs) = self.new_rs else {
+            return self.next_revision();
+        };
+        let newest_other = self
+            .observed
+            .replica_sets
+            .iter()
+            .filter(|rs| rs.name != new_rs.name)
+            .filter_map(ObservedReplicaSet::revision)
+            .max()
+            .unwrap_or_default();
+        new_rs.revision().unwrap_or_default().max(newest_other + 1)
+    }
+
+    fn revise_replica_set(&self) -> Option<ReplicaSetRevision> {
+        let new_rs = self.new_rs?;
+        let revision = self.revision();
+        (new_rs.revision() != Some(revision)).then(|| ReplicaSetRevision {
+            name: new_rs.name.clone(),
+            revision,
+        })
     }
 
     fn next_revision(&self) -> i64 {

@@ -233,6 +233,7 @@ impl<'a> Planner<'a> {
         let mut next = self.base.clone();
 
         self.reconcile_step_analysis(&mut plan, &mut next);
+        self.reconcile_background_analysis(&mut plan, &mut next);
         let counts = self.desired_counts();
         self.reconcile_replica_sets(&mut plan, counts);
         let scaling = plan.create_replica_set.is_some() || !plan.scale_replica_sets.is_empty();
@@ -438,6 +439,9 @@ impl<'a> Planner<'a> {
             };
             if paused_or_aborted {
                 current = run.map(|run| run.name.clone());
+            } else if needs_new && !self.canary_warm(self.desired_counts()) {
+                // Measurements would judge cold pods: the run starts once the canary is warm.
+                next.canary.current_step_analysis_run_status = None;
             } else if needs_new {
                 let name = self.new_run_name(index);
                 plan.create_analysis_runs.push(AnalysisRunToCreate {
@@ -1150,7 +1154,10 @@ fn step_summary(step: &CanaryStep) -> String {
     step.kinds().join(",")
 }
 
+mod analysis;
 mod traffic;
 
+#[cfg(test)]
+mod analysis_tests;
 #[cfg(test)]
 mod tests;

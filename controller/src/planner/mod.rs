@@ -11,6 +11,7 @@ mod bluegreen;
 mod canary;
 pub mod hash;
 pub mod replicas;
+mod run_history;
 mod status;
 mod validation;
 
@@ -28,10 +29,12 @@ pub use canary::steps_hash;
 
 /// Plans the next move of `rollout` from what was `observed`, at `now`: blue-green or canary.
 pub fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
-    match rollout.spec.strategy.blue_green.as_ref() {
+    let mut plan = match rollout.spec.strategy.blue_green.as_ref() {
         Some(blue_green) => bluegreen::plan(rollout, blue_green, observed, now),
         None => canary::plan(rollout, observed, now),
-    }
+    };
+    plan.delete_analysis_runs = run_history::runs_to_delete(rollout, observed, &plan);
+    plan
 }
 
 /// Annotation carrying a ReplicaSet's revision, as Argo and Deployments write it.
@@ -107,6 +110,15 @@ pub struct NewReplicaSet {
     pub revision: i64,
 }
 
+/// A new revision number for the existing ReplicaSet of the current pod template: going back
+/// to an older template makes it the newest revision again, as Argo does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaSetRevision {
+    pub name: String,
+    /// Value of the `rollout.argoproj.io/revision` annotation.
+    pub revision: i64,
+}
+
 /// A change of `spec.replicas` on an existing ReplicaSet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaSetScale {
@@ -129,7 +141,7 @@ pub struct AnalysisRunToCreate {
     pub name: String,
     /// The canary step that runs it; meaningful only when `rollout_type` is `Step`.
     pub step_index: i32,
-    /// Value of the `rollout-type` label: `Step`, `PrePromotion` or `PostPromotion`.
+    /// Value of the `rollout-type` label: `Step`, `Background`, `PrePromotion` or `PostPromotion`.
     pub rollout_type: String,
     /// The revision under analysis (labels the run; `Latest` arguments resolve to it).
     pub pod_template_hash: String,
@@ -201,14 +213,17 @@ pub struct TrafficPlan {
     pub remove_managed_routes: bool,
 }
 
-/// What should be true next. The act phase applies it in this order: create the ReplicaSet,
-/// scale (in list order) and write or clear `scale-down-deadline` annotations, point services,
-/// apply `traffic` to the routers, create and terminate runs, delete old ReplicaSets, patch
+/// What should be true next. The act phase applies it in this order: create the ReplicaSet
+/// (or raise a reused one's revision), scale (in list order) and write or clear
+/// `scale-down-deadline` annotations, point services, apply `traffic` to the routers, create,
+/// terminate and delete runs, delete old ReplicaSets, patch
 /// status when `status_changed`, record events, requeue. Service selectors, ReplicaSet metadata
 /// and `traffic` are desired state: they are written only where the live object differs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     pub create_replica_set: Option<NewReplicaSet>,
+    /// The reused ReplicaSet's revision annotation to raise (written before scaling).
+    pub revise_replica_set: Option<ReplicaSetRevision>,
     pub scale_replica_sets: Vec<ReplicaSetScale>,
     /// ReplicaSets whose `scale-down-deadline` annotation is to be removed.
     pub clear_scale_down_deadlines: Vec<String>,
@@ -220,6 +235,8 @@ pub struct Plan {
     pub create_analysis_runs: Vec<AnalysisRunToCreate>,
     /// Names of runs to stop (`spec.terminate: true`).
     pub terminate_analysis_runs: Vec<String>,
+    /// Finished runs beyond `spec.analysis` history limits, or of revisions no longer kept.
+    pub delete_analysis_runs: Vec<String>,
     /// Old, empty ReplicaSets beyond `revisionHistoryLimit`.
     pub delete_replica_sets: Vec<String>,
     pub canary_weight: CanaryWeight,
@@ -238,6 +255,7 @@ impl Plan {
     fn unchanged(rollout: &Rollout) -> Self {
         Self {
             create_replica_set: None,
+            revise_replica_set: None,
             scale_replica_sets: Vec::new(),
             clear_scale_down_deadlines: Vec::new(),
             set_scale_down_deadlines: Vec::new(),
@@ -245,6 +263,7 @@ impl Plan {
             service_selectors: Vec::new(),
             create_analysis_runs: Vec::new(),
             terminate_analysis_runs: Vec::new(),
+            delete_analysis_runs: Vec::new(),
             delete_replica_sets: Vec::new(),
             canary_weight: CanaryWeight::default(),
             traffic: None,
@@ -258,11 +277,13 @@ impl Plan {
     /// Whether applying the plan writes anything.
     pub fn is_noop(&self) -> bool {
         self.create_replica_set.is_none()
+            && self.revise_replica_set.is_none()
             && self.scale_replica_sets.is_empty()
             && self.clear_scale_down_deadlines.is_empty()
             && self.set_scale_down_deadlines.is_empty()
             && self.create_analysis_runs.is_empty()
             && self.terminate_analysis_runs.is_empty()
+            && self.delete_analysis_runs.is_empty()
             && self.delete_replica_sets.is_empty()
             && !self.status_changed
             && self.events.is_empty()

@@ -66,6 +66,11 @@ impl World {
                 created: self.now,
             });
         }
+        if let Some(revise) = &plan.revise_replica_set {
+            self.rs_named(&revise.name)
+                .annotations
+                .insert(REVISION_ANNOTATION.to_string(), revise.revision.to_string());
+        }
         for scale in &plan.scale_replica_sets {
             let instant = self.instant;
             let rs = self.rs_named(&scale.name);
@@ -532,6 +537,25 @@ fn rollback_within_the_scale_down_delay_is_instant() {
             .contains_key(SCALE_DOWN_DEADLINE_ANNOTATION_KEY)
     );
     assert_eq!(world.rs(&v2).replicas, 3, "v2 now waits out its own delay");
+    assert_eq!(
+        world.rs(&v1).revision(),
+        Some(3),
+        "v1 is the newest revision again"
+    );
+
+    // And forth again inside v2's delay: as instant, v2 is the older revision now.
+    world.now = at(20);
+    assert_eq!(world.update_image("nginx:1.28"), v2);
+    let plans = world.settle();
+    assert!(plans.iter().all(|plan| plan.create_replica_set.is_none()));
+    assert!(world.pause_reasons().is_empty(), "no pause for a rollback");
+    world.assert_healthy_at(&v2);
+    assert_eq!(world.rs(&v2).revision(), Some(4));
+    assert_eq!(world.rs(&v1).replicas, 3, "v1 waits out its delay again");
+
+    world.now = at(30);
+    assert_eq!(world.update_image("nginx:1.27"), v1);
+    world.settle();
     world.now = at(100);
     world.settle();
     world.assert_healthy_at(&v1);

@@ -1,0 +1,671 @@
+//! The Rollout side of analysis, measured for real: the `rollouts-controller` binary (Rollout
+//! and AnalysisRun controllers) against kube-sim started in-process, with the AnalysisRuns
+//! measured against a Prometheus stand-in on 127.0.0.1 whose answer each test controls. A
+//! good metric promotes a canary past its analysis step; a bad one aborts it back to stable
+//! after exactly `consecutiveFailureLimit` bad measurements; a background analysis from
+//! `startingStep` aborts mid-rollout when the metric turns bad, and is terminated when an update
+//! completes; run history limits delete old runs. Each test has its own simulator, stand-in
+//! and controller, so they run in parallel.
+//! (The harness repeats the idea of the other `*_on_sim.rs` files: test files share no code.)
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisTemplate, MetricResult};
+use rollouts_crds::rollout::{Rollout, RolloutStatus};
+use rollouts_e2e::sim::{SimHandle, SimOptions};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+const DEADLINE: Duration = Duration::from_secs(40);
+const NAMESPACE: &str = "default";
+/// The query of every test's AnalysisTemplate.
+const ERROR_RATE: &str = "sum(rate(http_requests_total{code=\"500\"}[1m]))";
+
+/// A Prometheus stand-in: `/api/v1/query` answers a one-sample vector with the next value
+/// queued for the query (the last one repeats); unknown queries get a 400.
+struct FakePrometheus {
+    address: String,
+    answers: Arc<Mutex<HashMap<String, VecDeque<String>>>>,
+    server: JoinHandle<()>,
+}
+
+impl FakePrometheus {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds loopback");
+        let address = format!("http://{}", listener.local_addr().expect("address"));
+        let answers = Arc::new(Mutex::new(HashMap::new()));
+        let server = tokio::spawn(serve(listener, answers.clone()));
+        Self {
+            address,
+            answers,
+            server,
+        }
+    }
+
+    /// From now on the query is answered with `values` in turn, the last one repeating.
+    fn answer(&self, query: &str, values: &[&str]) {
+        self.answers.lock().expect("lock").insert(
+            query.to_string(),
+            values.iter().map(|v| v.to_string()).collect(),
+        );
+    }
+}
+
+impl Drop for FakePrometheus {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("00");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn serve(listener: TcpListener, answers: Arc<Mutex<HashMap<String, VecDeque<String>>>>) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        let answers = answers.clone();
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let target = head
+                .split("\r\n")
+                .next()
+                .and_then(|line| line.split(' ').nth(1))
+                .unwrap_or("/");
+            let params: BTreeMap<String, String> = target
+                .split_once('?')
+                .map_or("", |(_, q)| q)
+                .split('&')
+                .filter_map(|p| p.split_once('='))
+                .map(|(k, v)| (percent_decode(k), percent_decode(v)))
+                .collect();
+            let query = params.get("query").cloned().unwrap_or_default();
+            let time = params.get("time").cloned().unwrap_or_else(|| "0".into());
+            let value = answers
+                .lock()
+                .expect("lock")
+                .get_mut(&query)
+                .and_then(|values| {
+                    if values.len() > 1 {
+                        values.pop_front()
+                    } else {
+                        values.front().cloned()
+                    }
+                });
+            let (code, body) = match value {
+                Some(value) => (
+                    "200 OK",
+                    format!(
+                        r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[{time},"{value}"]}}]}}}}"#
+                    ),
+                ),
+                None => (
+                    "400 Bad Request",
+                    r#"{"status":"error","errorType":"bad_data","error":"unknown query"}"#
+                        .to_string(),
+                ),
+            };
+            let response = format!(
+                "HTTP/1.1 {code}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+/// A directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "rollouts-analysis-rollout-{name}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&path).expect("creates a temp dir");
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// kube-sim with our CRDs, the Prometheus stand-in, and the controller binary using both.
+struct Harness {
+    _sim: SimHandle,
+    client: Client,
+    prometheus: FakePrometheus,
+    controller: Child,
+    dir: TempDir,
+}
+
+impl Harness {
+    async fn start(name: &str) -> Self {
+        let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
+        let sim = rollouts_e2e::sim::start(SimOptions {
+            crd_dirs: vec![crds],
+            pod_ready_after: Duration::from_millis(200),
+            ..SimOptions::default()
+        })
+        .expect("kube-sim starts on a loopback port");
+        let dir = TempDir::new(name);
+        let kubeconfig = dir.0.join("kubeconfig.yaml");
+        sim.write_kubeconfig(&kubeconfig)
+            .expect("writes the kubeconfig");
+        let prometheus = FakePrometheus::start().await;
+        let log = std::fs::File::create(dir.0.join("controller.log")).expect("creates the log");
+        let controller = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "--leader-elect=false",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+                "--log-level",
+                "info",
+                "--prometheus-address",
+                &prometheus.address,
+            ])
+            .env_remove("RUST_LOG")
+            .env_remove("ROLLOUTS_NAMESPACE")
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starts rollouts-controller");
+        let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
+        let client = Client::try_from(config).expect("a client for kube-sim");
+        Self {
+            _sim: sim,
+            client,
+            prometheus,
+            controller,
+            dir,
+        }
+    }
+
+    fn rollouts(&self) -> Api<Rollout> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    fn runs(&self) -> Api<AnalysisRun> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    /// An AnalysisTemplate `error-rate` measuring [`ERROR_RATE`] every second; `fields` add to
+    /// or override its one metric.
+    async fn create_template(&self, fields: Value) {
+        let mut metric = json!({
+            "name": "error-rate",
+            "interval": "1s",
+            "successCondition": "result[0] < 0.05",
+            "provider": {"prometheus": {"query": ERROR_RATE}},
+        });
+        for (key, value) in fields.as_object().cloned().unwrap_or_default() {
+            metric[key] = value;
+        }
+        let template: AnalysisTemplate = serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "AnalysisTemplate",
+            "metadata": {"name": "error-rate", "namespace": NAMESPACE},
+            "spec": {"metrics": [metric]},
+        }))
+        .expect("a valid AnalysisTemplate");
+        Api::<AnalysisTemplate>::namespaced(self.client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &template)
+            .await
+            .expect("creates the AnalysisTemplate");
+    }
+
+    /// A canary Rollout `web` of `replicas` pods of `app:v1`; `canary` adds to its strategy.
+    async fn create_rollout(&self, replicas: i32, canary: Value, analysis: Value) {
+        let rollout: Rollout = serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Rollout",
+            "metadata": {"name": "web", "namespace": NAMESPACE},
+            "spec": {
+                "replicas": replicas,
+                "analysis": analysis,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "app", "image": "app:v1"}]}
+                },
+                "strategy": {"canary": canary}
+            }
+        }))
+        .expect("a valid Rollout");
+        self.rollouts()
+            .create(&PostParams::default(), &rollout)
+            .await
+            .expect("creates the Rollout");
+    }
+
+    async fn status(&self) -> RolloutStatus {
+        self.rollouts()
+            .get("web")
+            .await
+            .expect("reads the Rollout")
+            .status
+            .unwrap_or_default()
+    }
+
+    async fn set_image(&self, image: &str) {
+        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}});
+        self.rollouts()
+            .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("changes the image");
+    }
+
+    /// `kubectl rollouts promote`: clears the pause conditions.
+    async fn promote(&self) {
+        self.rollouts()
+            .patch_status(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"pauseConditions": null}})),
+            )
+            .await
+            .expect("patches status");
+    }
+
+    /// The Rollout's ReplicaSets by pod-template hash: (spec.replicas, availableReplicas).
+    async fn replica_sets(&self) -> BTreeMap<String, (i32, i32)> {
+        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), NAMESPACE);
+        api.list(&ListParams::default())
+            .await
+            .expect("lists ReplicaSets")
+            .items
+            .iter()
+            .map(|rs| {
+                let hash = rs
+                    .labels()
+                    .get("rollouts-pod-template-hash")
+                    .cloned()
+                    .unwrap_or_default();
+                let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let available = rs
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.available_replicas)
+                    .unwrap_or(0);
+                (hash, (replicas, available))
+            })
+            .collect()
+    }
+
+    /// The runs of `web` with the `rollout-type` label `rollout_type`, oldest first.
+    async fn runs_of_type(&self, rollout_type: &str) -> Vec<AnalysisRun> {
+        let mut runs = self
+            .runs()
+            .list(&ListParams::default().labels(&format!("rollout-type={rollout_type}")))
+            .await
+            .expect("lists AnalysisRuns")
+            .items;
+        runs.sort_by_key(|run| run.metadata.creation_timestamp.clone().map(|t| t.0));
+        runs
+    }
+
+    /// Waits until `web` is Healthy on its current revision with all pods; returns the hash.
+    async fn healthy(&self, replicas: i32) -> String {
+        self.eventually("web Healthy", || async {
+            let status = self.status().await;
+            let done = status.phase == "Healthy"
+                && !status.current_pod_hash.is_empty()
+                && status.stable_rs == status.current_pod_hash
+                && status.available_replicas == replicas
+                && status.replicas == replicas;
+            done.then_some(status.current_pod_hash)
+        })
+        .await
+    }
+
+    /// Sets a new image and waits for the new revision's hash.
+    async fn update_to(&self, image: &str, from: &str) -> String {
+        self.set_image(image).await;
+        self.eventually("the new revision's hash", || async {
+            let hash = self.status().await.current_pod_hash;
+            (hash != from).then_some(hash)
+        })
+        .await
+    }
+
+    /// Waits until the update is aborted back to `stable` (all `replicas` pods, canary at 0)
+    /// and Degraded; returns the status.
+    async fn aborted_to(&self, stable: &str, canary: &str, replicas: i32) -> RolloutStatus {
+        let want = BTreeMap::from([
+            (stable.to_string(), (replicas, replicas)),
+            (canary.to_string(), (0, 0)),
+        ]);
+        self.eventually("an abort back to stable", || async {
+            let status = self.status().await;
+            let done = status.abort
+                && status.phase == "Degraded"
+                && status.stable_rs == stable
+                && self.replica_sets().await == want;
+            done.then_some(status)
+        })
+        .await
+    }
+
+    /// Polls `check` until it gives a value; fails after [`DEADLINE`] with the controller's log.
+    async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {DEADLINE:?} waiting for {what}; controller log:\n{}",
+                std::fs::read_to_string(self.dir.0.join("controller.log")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.controller.start_kill();
+    }
+}
+
+/// Steps: 50%, then an analysis step running the `error-rate` template.
+fn analysis_step_canary() -> Value {
+    json!({"steps": [
+        {"setWeight": 50},
+        {"analysis": {"templates": [{"templateName": "error-rate"}]}},
+    ]})
+}
+
+fn only_result(run: &AnalysisRun) -> MetricResult {
+    let status = run.status.clone().unwrap_or_default();
+    assert_eq!(status.metric_results.len(), 1, "{status:#?}");
+    status.metric_results[0].clone()
+}
+
+fn values(result: &MetricResult) -> Vec<&str> {
+    result
+        .measurements
+        .iter()
+        .map(|m| m.value.as_str())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_metric_promotes_the_canary_past_its_analysis_step() {
+    let h = Harness::start("good").await;
+    h.prometheus.answer(ERROR_RATE, &["0.01"]);
+    h.create_template(json!({"count": 2})).await;
+    h.create_rollout(2, analysis_step_canary(), json!({})).await;
+    let v1 = h.healthy(2).await;
+    assert!(
+        h.runs_of_type("Step").await.is_empty(),
+        "no run on the initial deploy"
+    );
+
+    let v2 = h.update_to("app:v2", &v1).await;
+    assert_eq!(h.healthy(2).await, v2);
+    let runs = h.runs_of_type("Step").await;
+    assert_eq!(runs.len(), 1, "one run for the one analysis step");
+    let run = &runs[0];
+    assert_eq!(run.labels().get("rollouts-pod-template-hash"), Some(&v2));
+    assert_eq!(
+        run.labels().get("step-index").map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(
+        run.status.clone().unwrap_or_default().phase,
+        AnalysisPhase::Successful
+    );
+    let result = only_result(run);
+    assert_eq!((result.count, result.successful), (2, 2), "{result:#?}");
+    assert_eq!(values(&result), ["[0.01]", "[0.01]"]);
+    assert_eq!(
+        h.replica_sets().await,
+        BTreeMap::from([(v1, (0, 0)), (v2, (2, 2))])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_metric_aborts_to_stable_after_exactly_the_consecutive_failure_limit() {
+    let h = Harness::start("bad").await;
+    h.create_template(json!({"consecutiveFailureLimit": 3}))
+        .await;
+    h.create_rollout(2, analysis_step_canary(), json!({})).await;
+    let v1 = h.healthy(2).await;
+    // Two bad, one good (the streak resets), then three bad in a row fail the run.
+    h.prometheus.answer(
+        ERROR_RATE,
+        &["0.5", "0.5", "0.01", "0.5", "0.5", "0.5", "0.01"],
+    );
+
+    let v2 = h.update_to("app:v2", &v1).await;
+    let status = h.aborted_to(&v1, &v2, 2).await;
+    let progressing = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .expect("a Progressing condition");
+    assert_eq!(progressing.reason, "RolloutAborted");
+    assert!(
+        progressing
+            .message
+            .contains("Step-based analysis phase error/failed")
+            && progressing.message.contains("\"error-rate\""),
+        "the message names the metric: {progressing:?}"
+    );
+    assert!(status.message.contains("error-rate"), "{status:?}");
+
+    let runs = h.runs_of_type("Step").await;
+    assert_eq!(runs.len(), 1);
+    let run_status = runs[0].status.clone().unwrap_or_default();
+    assert_eq!(run_status.phase, AnalysisPhase::Failed, "{run_status:#?}");
+    let result = only_result(&runs[0]);
+    assert_eq!(
+        (
+            result.count,
+            result.successful,
+            result.failed,
+            result.consecutive_failure
+        ),
+        (6, 1, 5, 3),
+        "{result:#?}"
+    );
+    assert_eq!(
+        values(&result),
+        ["[0.5]", "[0.5]", "[0.01]", "[0.5]", "[0.5]", "[0.5]"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_analysis_from_starting_step_aborts_mid_rollout() {
+    let h = Harness::start("background").await;
+    h.prometheus.answer(ERROR_RATE, &["0.01"]);
+    h.create_template(json!({"consecutiveFailureLimit": 2}))
+        .await;
+    let canary = json!({
+        "analysis": {"templates": [{"templateName": "error-rate"}], "startingStep": 1},
+        "steps": [{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {}}],
+    });
+    h.create_rollout(4, canary, json!({})).await;
+    let v1 = h.healthy(4).await;
+    assert!(h.runs_of_type("Background").await.is_empty());
+
+    let v2 = h.update_to("app:v2", &v1).await;
+    // Paused at step 1 with the background run measuring good values.
+    let run = h
+        .eventually("a background run with good measurements", || async {
+            let status = h.status().await;
+            let runs = h.runs_of_type("Background").await;
+            let run = runs.first()?;
+            let measured = run
+                .status
+                .as_ref()
+                .and_then(|s| s.metric_results.first())
+                .is_some_and(|r| r.successful >= 2);
+            (status.current_step_index == Some(1) && measured).then(|| run.clone())
+        })
+        .await;
+    assert_eq!(run.labels().get("rollouts-pod-template-hash"), Some(&v2));
+    assert!(!run.labels().contains_key("step-index"));
+    assert_eq!(
+        h.status()
+            .await
+            .canary
+            .current_background_analysis_run_status
+            .map(|pointer| pointer.name),
+        Some(run.name_any())
+    );
+    h.promote().await;
+    h.eventually("step 3, the second pause", || async {
+        (h.status().await.current_step_index == Some(3)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        h.runs_of_type("Background").await.len(),
+        1,
+        "one run throughout"
+    );
+
+    h.prometheus.answer(ERROR_RATE, &["0.5"]);
+    let status = h.aborted_to(&v1, &v2, 4).await;
+    let progressing = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .expect("a Progressing condition");
+    assert!(
+        progressing
+            .message
+            .contains("Background analysis phase error/failed")
+            && progressing.message.contains("\"error-rate\""),
+        "{progressing:?}"
+    );
+    let runs = h.runs_of_type("Background").await;
+    assert_eq!(runs.len(), 1);
+    let result = only_result(&runs[0]);
+    assert_eq!(result.phase, AnalysisPhase::Failed, "{result:#?}");
+    assert_eq!(result.consecutive_failure, 2, "{result:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_limits_delete_the_older_runs() {
+    let h = Harness::start("history").await;
+    h.prometheus.answer(ERROR_RATE, &["0.01"]);
+    h.create_template(json!({"count": 1})).await;
+    h.create_rollout(
+        1,
+        analysis_step_canary(),
+        json!({"successfulRunHistoryLimit": 1, "unsuccessfulRunHistoryLimit": 1}),
+    )
+    .await;
+    let mut stable = h.healthy(1).await;
+    let mut names = Vec::new();
+    for image in ["app:v2", "app:v3"] {
+        let next = h.update_to(image, &stable).await;
+        assert_eq!(h.healthy(1).await, next);
+        let runs = h.runs_of_type("Step").await;
+        let run = runs
+            .iter()
+            .find(|run| run.labels().get("rollouts-pod-template-hash") == Some(&next))
+            .expect("a run of the new revision");
+        names.push(run.name_any());
+        stable = next;
+    }
+    let kept = h
+        .eventually("only the newest successful run left", || async {
+            let runs = h.runs_of_type("Step").await;
+            (runs.len() == 1).then(|| runs[0].name_any())
+        })
+        .await;
+    assert_eq!(kept, names[1], "the older run {} is deleted", names[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_run_is_terminated_when_the_rollout_completes() {
+    let h = Harness::start("complete").await;
+    h.prometheus.answer(ERROR_RATE, &["0.01"]);
+    h.create_template(json!({})).await;
+    let canary = json!({
+        "analysis": {"templates": [{"templateName": "error-rate"}]},
+        "steps": [{"setWeight": 50}, {"pause": {"duration": "2s"}}],
+    });
+    h.create_rollout(2, canary, json!({})).await;
+    let v1 = h.healthy(2).await;
+    let v2 = h.update_to("app:v2", &v1).await;
+    assert_eq!(h.healthy(2).await, v2);
+    let run = h
+        .eventually("the background run stopped", || async {
+            let runs = h.runs_of_type("Background").await;
+            let run = runs.first()?;
+            let stopped = run.spec.terminate
+                && run
+                    .status
+                    .as_ref()
+                    .is_some_and(|status| status.phase.is_completed());
+            stopped.then(|| run.clone())
+        })
+        .await;
+    let status = run.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, AnalysisPhase::Successful, "{status:#?}");
+    assert_eq!(h.runs_of_type("Background").await.len(), 1);
+    assert!(
+        h.status()
+            .await
+            .canary
+            .current_background_analysis_run_status
+            .is_none()
+    );
+}
