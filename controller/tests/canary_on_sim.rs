@@ -732,16 +732,18 @@ async fn a_successful_step_analysis_lets_the_rollout_finish() {
     })
     .await;
     let run = step_run(&cluster, "search", &v2).await;
-    let status = cluster.status("search").await;
-    assert_eq!(status.current_step_index, Some(1));
-    assert_eq!(
-        status
+    // The run is created before the status that points at it is patched: wait for both.
+    eventually("the status pointing at the step's run", || async {
+        let status = cluster.status("search").await;
+        let pointer = status
             .canary
             .current_step_analysis_run_status
             .as_ref()
-            .map(|pointer| pointer.name.as_str()),
-        Some(run.as_str())
-    );
+            .map(|pointer| pointer.name.clone());
+        (status.current_step_index == Some(1) && pointer.as_deref() == Some(run.as_str()))
+            .then_some(())
+    })
+    .await;
 
     finish_run(&cluster, &run, "Successful").await;
     assert_eq!(cluster.healthy("search", 2).await, v2);
