@@ -22,11 +22,12 @@ use rollouts_crds::rollout::{
 use super::canary::{PauseDecisions, generation_string, invalid_spec, pause_expiry, phase_name};
 use super::hash::pod_template_hash_of_value;
 use super::status::{
-    Progress, deadline_of, is_healthy_blue_green, made_progress, phase, set_conditions, timed_out,
+    Outbox, Progress, deadline_of, is_healthy_blue_green, made_progress, phase, set_conditions,
+    timed_out,
 };
 use super::validation::{has_templates, validate_blue_green};
 use super::{
-    AnalysisRunToCreate, Event, EventType, NewReplicaSet, Observed, ObservedAnalysisRun,
+    AnalysisRunToCreate, EventType, NewReplicaSet, Observed, ObservedAnalysisRun,
     ObservedReplicaSet, Plan, ReplicaSetMetadata, ReplicaSetRevision, ReplicaSetScale,
     ScaleDownDeadline, ServiceSelector,
 };
@@ -136,8 +137,7 @@ struct BlueGreen<'a> {
     /// The new ReplicaSet is an old revision still inside its scale-down delay.
     new_rs_within_delay: bool,
     pause: PauseDecisions,
-    events: Vec<Event>,
-    requeue: Option<Duration>,
+    out: Outbox,
     name_collision: bool,
     /// The current pre- and post-promotion runs, once reconciled.
     pre_run: Option<&'a ObservedAnalysisRun>,
@@ -194,8 +194,7 @@ impl<'a> BlueGreen<'a> {
             others,
             new_rs_within_delay,
             pause: PauseDecisions::default(),
-            events: Vec::new(),
-            requeue: None,
+            out: Outbox::default(),
             name_collision: false,
             pre_run: None,
             post_run: None,
@@ -233,31 +232,9 @@ impl<'a> BlueGreen<'a> {
         self.requeue_for_progress_deadline(&next);
         plan.status_changed = Some(&next) != self.rollout.status.as_ref();
         plan.status = next;
-        plan.events = self.events;
-        plan.requeue_after = self.requeue;
+        plan.events = self.out.events;
+        plan.requeue_after = self.out.requeue;
         plan
-    }
-
-    fn event(&mut self, type_: EventType, reason: &str, message: String) {
-        self.events.push(Event {
-            type_,
-            reason: reason.into(),
-            message,
-        });
-    }
-
-    fn requeue_in(&mut self, after: Duration) {
-        self.requeue = Some(self.requeue.map_or(after, |current| current.min(after)));
-    }
-
-    fn requeue_at(&mut self, at: Timestamp) {
-        let remaining = at.duration_since(self.now);
-        let after = if remaining.is_negative() {
-            Duration::ZERO
-        } else {
-            remaining.unsigned_abs()
-        };
-        self.requeue_in(after);
     }
 
     /// A new pod template starts the update over: pauses, abort, promote-full, the preview
@@ -555,7 +532,7 @@ impl<'a> BlueGreen<'a> {
                 AnalysisPhase::Failed | AnalysisPhase::Error => EventType::Warning,
                 _ => EventType::Normal,
             };
-            self.event(
+            self.out.event(
                 type_,
                 &format!("AnalysisRun{phase}"),
                 format!(
@@ -678,10 +655,10 @@ impl<'a> BlueGreen<'a> {
         if self.observed.replica_sets.iter().any(|rs| rs.name == name) {
             // Someone else's ReplicaSet has our name: salt the hash and try again.
             self.name_collision = true;
-            self.requeue_in(Duration::ZERO);
+            self.out.requeue_in(Duration::ZERO);
             return;
         }
-        self.event(
+        self.out.event(
             EventType::Normal,
             NEW_REPLICA_SET_REASON,
             format!("Created ReplicaSet {name} (revision {revision})"),
@@ -704,7 +681,7 @@ impl<'a> BlueGreen<'a> {
     ) -> Option<i32> {
         match scale_down_deadline(new_rs) {
             Some(deadline) if deadline > self.now => {
-                self.requeue_at(deadline);
+                self.out.requeue_at(self.now, deadline);
                 None
             }
             Some(_) => Some(0),
@@ -729,12 +706,12 @@ impl<'a> BlueGreen<'a> {
             name: rs.name.clone(),
             deadline,
         });
-        self.requeue_at(deadline);
+        self.out.requeue_at(self.now, deadline);
     }
 
     fn scale(&mut self, plan: &mut Plan, rs: &ObservedReplicaSet, to: i32) {
         let direction = if to > rs.replicas { "up" } else { "down" };
-        self.event(
+        self.out.event(
             EventType::Normal,
             SCALING_REPLICA_SET_REASON,
             format!(
@@ -795,7 +772,7 @@ impl<'a> BlueGreen<'a> {
                 delayed += 1;
                 match scale_down_deadline(rs) {
                     Some(deadline) if delayed <= limit && deadline > self.now => {
-                        self.requeue_at(deadline);
+                        self.out.requeue_at(self.now, deadline);
                         self.spec_replicas
                     }
                     _ => 0,
@@ -894,14 +871,17 @@ impl<'a> BlueGreen<'a> {
                 if self.completed_pause() {
                     self.pause.remove.push(PAUSE_REASON_BLUE_GREEN_PAUSE);
                 } else if self.auto_promotion_seconds() > 0 {
-                    self.requeue_at(auto_promotion_at(&start, self.auto_promotion_seconds()));
+                    self.out.requeue_at(
+                        self.now,
+                        auto_promotion_at(&start, self.auto_promotion_seconds()),
+                    );
                 }
             }
             None if !self.base.controller_pause => {
                 self.pause.add.push(PAUSE_REASON_BLUE_GREEN_PAUSE);
                 if self.auto_promotion_seconds() > 0 {
                     let seconds = u64::try_from(self.auto_promotion_seconds()).unwrap_or(0);
-                    self.requeue_in(Duration::from_secs(seconds + 1));
+                    self.out.requeue_in(Duration::from_secs(seconds + 1));
                 }
             }
             None => {}
@@ -1001,7 +981,8 @@ impl<'a> BlueGreen<'a> {
                     self.revision(),
                     self.current_hash
                 );
-                self.event(EventType::Normal, ROLLOUT_COMPLETED_REASON, message);
+                self.out
+                    .event(EventType::Normal, ROLLOUT_COMPLETED_REASON, message);
             }
             return;
         }
@@ -1128,7 +1109,7 @@ impl<'a> BlueGreen<'a> {
             deadline_paused: self.deadline_paused(),
         };
         let events = set_conditions(&progress, next);
-        self.events.extend(events);
+        self.out.events.extend(events);
     }
 
     /// Look again when the progress deadline would pass, unless nothing is expected to move.
@@ -1152,7 +1133,7 @@ impl<'a> BlueGreen<'a> {
         let at = deadline
             .checked_add(SignedDuration::from_secs(1))
             .unwrap_or(deadline);
-        self.requeue_at(at);
+        self.out.requeue_at(self.now, at);
     }
 
     /// Selectors of the active and preview Services, as desired state.

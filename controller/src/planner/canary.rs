@@ -22,7 +22,7 @@ use super::replicas::{
     calculate_replica_counts_for_canary,
 };
 use super::status::{
-    Progress, deadline_of, is_healthy, made_progress, phase, set_conditions, timed_out,
+    Outbox, Progress, deadline_of, is_healthy, made_progress, phase, set_conditions, timed_out,
 };
 use super::validation::{ValidSpec, validate};
 use super::{
@@ -172,8 +172,7 @@ struct Planner<'a> {
     stable_rs: Option<&'a ObservedReplicaSet>,
     others: Vec<&'a ObservedReplicaSet>,
     pause: PauseDecisions,
-    events: Vec<Event>,
-    requeue: Option<Duration>,
+    out: Outbox,
     /// A ReplicaSet of another template already has the new ReplicaSet's name.
     name_collision: bool,
 }
@@ -217,8 +216,7 @@ impl<'a> Planner<'a> {
             stable_rs,
             others,
             pause: PauseDecisions::default(),
-            events: Vec::new(),
-            requeue: None,
+            out: Outbox::default(),
             name_collision: false,
         }
     }
@@ -261,31 +259,9 @@ impl<'a> Planner<'a> {
         self.requeue_for_progress_deadline(&next);
         plan.status_changed = Some(&next) != self.rollout.status.as_ref();
         plan.status = next;
-        plan.events = self.events;
-        plan.requeue_after = self.requeue;
+        plan.events = self.out.events;
+        plan.requeue_after = self.out.requeue;
         plan
-    }
-
-    fn event(&mut self, type_: EventType, reason: &str, message: String) {
-        self.events.push(Event {
-            type_,
-            reason: reason.into(),
-            message,
-        });
-    }
-
-    fn requeue_in(&mut self, after: Duration) {
-        self.requeue = Some(self.requeue.map_or(after, |current| current.min(after)));
-    }
-
-    fn requeue_at(&mut self, at: Timestamp) {
-        let remaining = at.duration_since(self.now);
-        let after = if remaining.is_negative() {
-            Duration::ZERO
-        } else {
-            remaining.unsigned_abs()
-        };
-        self.requeue_in(after);
     }
 
     /// A new pod template or new steps start the steps again; going back to the stable
@@ -307,7 +283,7 @@ impl<'a> Planner<'a> {
             base.current_step_index = (self.step_count > 0).then_some(0);
             if template_changed && self.step_count > 0 && base.stable_rs == self.current_hash {
                 base.current_step_index = Some(self.step_count);
-                self.event(
+                self.out.event(
                     EventType::Normal,
                     "SkipSteps",
                     "Rollback to stable ReplicaSets".into(),
@@ -506,7 +482,7 @@ impl<'a> Planner<'a> {
                 AnalysisPhase::Failed | AnalysisPhase::Error => EventType::Warning,
                 _ => EventType::Normal,
             };
-            self.event(
+            self.out.event(
                 type_,
                 &format!("AnalysisRun{phase}"),
                 format!(
@@ -611,10 +587,10 @@ impl<'a> Planner<'a> {
                 if self.observed.replica_sets.iter().any(|rs| rs.name == name) {
                     // Someone else's ReplicaSet has our name: salt the hash and try again.
                     self.name_collision = true;
-                    self.requeue_in(Duration::ZERO);
+                    self.out.requeue_in(Duration::ZERO);
                     return;
                 }
-                self.event(
+                self.out.event(
                     EventType::Normal,
                     NEW_REPLICA_SET_REASON,
                     format!("Created ReplicaSet {name} (revision {revision})"),
@@ -639,7 +615,7 @@ impl<'a> Planner<'a> {
 
     fn scale(&mut self, plan: &mut Plan, rs: &ObservedReplicaSet, to: i32) {
         let direction = if to > rs.replicas { "up" } else { "down" };
-        self.event(
+        self.out.event(
             EventType::Normal,
             SCALING_REPLICA_SET_REASON,
             format!(
@@ -681,7 +657,7 @@ impl<'a> Planner<'a> {
         for rs in others {
             if let Some(deadline) = self.scale_down_deadline(rs) {
                 if deadline > self.now {
-                    self.requeue_at(deadline);
+                    self.out.requeue_at(self.now, deadline);
                     continue;
                 }
                 if rs.replicas == 0 {
@@ -704,7 +680,7 @@ impl<'a> Planner<'a> {
                     name: rs.name.clone(),
                     deadline,
                 });
-                self.requeue_at(deadline);
+                self.out.requeue_at(self.now, deadline);
                 continue;
             }
             let unavailable = (rs.replicas - rs.available_replicas).max(0);
@@ -754,7 +730,7 @@ impl<'a> Planner<'a> {
             None if !self.base.controller_pause => {
                 self.pause.add.push(PAUSE_REASON_CANARY_PAUSE_STEP);
                 if let Some(duration) = duration {
-                    self.requeue_in(duration);
+                    self.out.requeue_in(duration);
                 }
             }
             None => {}
@@ -762,7 +738,7 @@ impl<'a> Planner<'a> {
                 if let Some(duration) = duration {
                     let expires = pause_expiry(&condition.start_time, duration);
                     if expires > self.now {
-                        self.requeue_at(expires);
+                        self.out.requeue_at(self.now, expires);
                     }
                 }
             }
@@ -783,7 +759,8 @@ impl<'a> Planner<'a> {
                     self.revision(),
                     self.current_hash
                 );
-                self.event(EventType::Normal, ROLLOUT_COMPLETED_REASON, message);
+                self.out
+                    .event(EventType::Normal, ROLLOUT_COMPLETED_REASON, message);
             }
             return;
         }
@@ -805,8 +782,9 @@ impl<'a> Planner<'a> {
                 index + 1,
                 self.step_count
             );
-            self.event(EventType::Normal, ROLLOUT_STEP_COMPLETED_REASON, message);
-            self.requeue_in(Duration::ZERO);
+            self.out
+                .event(EventType::Normal, ROLLOUT_STEP_COMPLETED_REASON, message);
+            self.out.requeue_in(Duration::ZERO);
         }
     }
 
@@ -997,7 +975,7 @@ impl<'a> Planner<'a> {
             deadline_paused: self.indefinite_step() || self.waiting_for_scale_down(),
         };
         let events = set_conditions(&progress, next);
-        self.events.extend(events);
+        self.out.events.extend(events);
     }
 
     /// Look again when the progress deadline would pass, unless nothing is expected to move.
@@ -1018,7 +996,7 @@ impl<'a> Planner<'a> {
         let at = deadline
             .checked_add(SignedDuration::from_secs(1))
             .unwrap_or(deadline);
-        self.requeue_at(at);
+        self.out.requeue_at(self.now, at);
     }
 
     /// Selectors of `stableService` and `canaryService`, pointed only at revisions that have

@@ -6,6 +6,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use rollouts_crds::conditions::*;
 use rollouts_crds::rollout::{Rollout, RolloutCondition, RolloutSpec, RolloutStatus};
 
+use std::time::Duration;
+
 use super::{Event, EventType};
 
 /// Whether the status shows progress since `previous`: pods updated, old pods gone, more pods
@@ -368,4 +370,38 @@ pub(super) fn set_conditions(progress: &Progress, next: &mut RolloutStatus) -> V
         });
     }
     events
+}
+
+/// What a strategy's planner emits besides the status: events, and the soonest time anything
+/// it waits for (a pause, a deadline, a delay) is due.
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    pub events: Vec<Event>,
+    pub requeue: Option<Duration>,
+}
+
+impl Outbox {
+    pub fn event(&mut self, type_: EventType, reason: &str, message: String) {
+        self.events.push(Event {
+            type_,
+            reason: reason.into(),
+            message,
+        });
+    }
+
+    /// Look again after `after`, or sooner if something else is due sooner.
+    pub fn requeue_in(&mut self, after: Duration) {
+        self.requeue = Some(self.requeue.map_or(after, |current| current.min(after)));
+    }
+
+    /// Look again at `at` (at once if that has passed).
+    pub fn requeue_at(&mut self, now: Timestamp, at: Timestamp) {
+        let remaining = at.duration_since(now);
+        let after = if remaining.is_negative() {
+            Duration::ZERO
+        } else {
+            remaining.unsigned_abs()
+        };
+        self.requeue_in(after);
+    }
 }

@@ -168,7 +168,7 @@ impl<'a> Planner<'a> {
                 AnalysisPhase::Failed | AnalysisPhase::Error => EventType::Warning,
                 _ => EventType::Normal,
             };
-            self.event(
+            self.out.event(
                 type_,
                 &format!("AnalysisRun{phase}"),
                 format!(

@@ -310,7 +310,7 @@ impl<'a> Planner<'a> {
         if unchanged {
             weights.verified = self.observed.traffic_weight_verified;
             if weights.verified == Some(false) {
-                self.requeue_in(VERIFY_RETRY_INTERVAL);
+                self.out.requeue_in(VERIFY_RETRY_INTERVAL);
             }
         } else {
             let change = match recorded {
@@ -320,13 +320,13 @@ impl<'a> Planner<'a> {
                 Some(_) => format!("to {desired_weight} (revisions changed)"),
                 None => format!("to {desired_weight}"),
             };
-            self.event(
+            self.out.event(
                 EventType::Normal,
                 TRAFFIC_WEIGHT_UPDATED_REASON,
                 format!("Traffic weight updated {change}"),
             );
             // The next plan reads back whether the routers took the weight.
-            self.requeue_in(Duration::ZERO);
+            self.out.requeue_in(Duration::ZERO);
         }
         plan.canary_weight = CanaryWeight {
             desired: desired_weight,
