@@ -558,19 +558,7 @@ impl<'a> BlueGreen<'a> {
             self.revision(),
             promotion.infix()
         );
-        let taken = |name: &str| {
-            self.observed
-                .analysis_runs
-                .iter()
-                .any(|run| run.name == name)
-        };
-        if !taken(&base) {
-            return base;
-        }
-        (1..)
-            .map(|attempt| format!("{base}.{attempt}"))
-            .find(|name| !taken(name))
-            .unwrap_or(base)
+        self.observed.unused_run_name(base)
     }
 
     /// No pre-promotion analysis, or its run succeeded.

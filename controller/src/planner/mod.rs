@@ -98,6 +98,21 @@ pub struct Observed {
     pub traffic_weight_verified: Option<bool>,
 }
 
+impl Observed {
+    /// `base`, or `base.N` with the first N no observed AnalysisRun is named, as Argo names a
+    /// run again after a retry.
+    fn unused_run_name(&self, base: String) -> String {
+        let taken = |name: &str| self.analysis_runs.iter().any(|run| run.name == name);
+        if !taken(&base) {
+            return base;
+        }
+        (1..)
+            .map(|attempt| format!("{base}.{attempt}"))
+            .find(|name| !taken(name))
+            .unwrap_or(base)
+    }
+}
+
 /// A ReplicaSet to create for the current pod template: `spec.template` with the
 /// `rollouts-pod-template-hash` label added to its pod labels and selector.
 #[derive(Clone, Debug, PartialEq, Eq)]

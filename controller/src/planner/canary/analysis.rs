@@ -192,18 +192,6 @@ impl<'a> Planner<'a> {
             self.current_hash,
             self.revision()
         );
-        let taken = |name: &str| {
-            self.observed
-                .analysis_runs
-                .iter()
-                .any(|run| run.name == name)
-        };
-        if !taken(&base) {
-            return base;
-        }
-        (1..)
-            .map(|attempt| format!("{base}.{attempt}"))
-            .find(|name| !taken(name))
-            .unwrap_or(base)
+        self.observed.unused_run_name(base)
     }
 }
