@@ -2,7 +2,7 @@
 //! from crds/yaml). It prints figures and exits 0; it asserts nothing.
 //!
 //! Run: `cargo bench -p rollouts-controller --bench scale`
-//!   ROLLOUTS_BENCH_ROLLOUTS=10000   Rollouts at rest (default 1000)
+//!   ROLLOUTS_BENCH_ROLLOUTS=1000,10000   Rollouts at rest, one run per size (default 1000)
 //!   ROLLOUTS_BENCH_IDLE_SECS=60     length of the idle window (default 60)
 //!   ROLLOUTS_BENCH_SETUP_SECS=900   how long the Rollouts may take to become Healthy (default 900)
 //!
@@ -20,11 +20,14 @@
 //! 2. Idle cost: N Rollouts (replicas 1, so one ReplicaSet and one pod each; 50 of them in their
 //!    own namespaces lat-0..lat-49 for figure 3, the rest in `default`) are created in the
 //!    simulator's store before the controller starts, so the time to all Healthy (seen through a
-//!    watch, ROLLOUTS_BENCH_SETUP_SECS at most) is a cold start of N Rollouts. Once all are Healthy and the controller has been quiet for 5 s (or 60 s
-//!    have passed), a window of ROLLOUTS_BENCH_IDLE_SECS: the controller's writes (target zero)
-//!    and other requests, its CPU time (utime+stime from /proc/<pid>/stat) and resident memory
-//!    (VmRSS and peak VmHWM from /proc/<pid>/status). The benchmark process's own CPU and memory
-//!    are mostly kube-sim's (the benchmark only sleeps in the window) and are shown as such.
+//!    watch, ROLLOUTS_BENCH_SETUP_SECS at most) is a cold start of N Rollouts; the time to rest
+//!    is from the controller's start to its last write once all are Healthy. Once all are
+//!    Healthy and the controller has been quiet for 5 s (or 60 s have passed), a window of
+//!    ROLLOUTS_BENCH_IDLE_SECS: the controller's writes (target zero; also per idle Rollout per
+//!    minute) and other requests, its CPU time (utime+stime from /proc/<pid>/stat) and resident
+//!    memory (VmRSS and peak VmHWM from /proc/<pid>/status). The benchmark process's own CPU and
+//!    memory are mostly kube-sim's (the benchmark only sleeps in the window) and are shown as
+//!    such. Each size in ROLLOUTS_BENCH_ROLLOUTS gets its own simulator and controller.
 //! 3. Reconcile latency: for each of the 50 Rollouts in lat-*, one at a time while the rest are at
 //!    rest, the time from sending the image change (the PATCH round trip included) to the first
 //!    write the controller makes in that Rollout's namespace, seen by polling the request log
@@ -51,7 +54,7 @@ const LATENCY_SAMPLES: usize = 50;
 const POD_READY_AFTER: Duration = Duration::from_millis(200);
 
 fn main() {
-    let rollouts = env_number("ROLLOUTS_BENCH_ROLLOUTS", 1000);
+    let sizes = env_sizes("ROLLOUTS_BENCH_ROLLOUTS", 1000);
     let idle = Duration::from_secs(env_number("ROLLOUTS_BENCH_IDLE_SECS", 60) as u64);
     let setup = Duration::from_secs(env_number("ROLLOUTS_BENCH_SETUP_SECS", 900) as u64);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -60,8 +63,29 @@ fn main() {
         .expect("a tokio runtime");
     runtime.block_on(async {
         writes_per_step().await;
-        at_rest(rollouts, idle, setup).await;
+        for rollouts in sizes {
+            at_rest(rollouts, idle, setup).await;
+        }
     });
+}
+
+/// Positive numbers separated by commas from the environment, or `default` when unset.
+fn env_sizes(name: &str, default: usize) -> Vec<usize> {
+    match std::env::var(name) {
+        Ok(text) => text
+            .split(',')
+            .map(|size| {
+                size.trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .unwrap_or_else(|| {
+                        panic!("{name}={text:?} is not a list of positive whole numbers: set it to e.g. 1000,10000")
+                    })
+            })
+            .collect(),
+        Err(_) => vec![default],
+    }
 }
 
 /// A positive number from the environment, or `default` when unset.
@@ -274,9 +298,10 @@ async fn at_rest(n: usize, idle: Duration, setup: Duration) {
     let rss_healthy = memory(controller.pid);
     // Keeps the log (and the snapshots `quiet` takes of it) small.
     cluster.sim.clear_requests();
-    let settled = cluster
-        .quiet(Duration::from_secs(5), Duration::from_secs(60))
-        .await;
+    let quiet_for = Duration::from_secs(5);
+    let settled = cluster.quiet(quiet_for, Duration::from_secs(60)).await;
+    // `quiet` returns once the last write is `quiet_for` old: rest began then.
+    let at_rest_after = started.elapsed().saturating_sub(quiet_for);
 
     cluster.sim.clear_requests();
     let cpu_before = cpu_seconds(controller.pid);
@@ -315,6 +340,14 @@ async fn at_rest(n: usize, idle: Duration, setup: Duration) {
             "no (still writing after 60 s)"
         }
     );
+    if settled && healthy_count == n {
+        println!(
+            "at rest (all Healthy, last write) {:.1} s after the controller started",
+            at_rest_after.as_secs_f64()
+        );
+    } else {
+        println!("did not reach rest: {healthy_count}/{n} Healthy, quiet: {settled}");
+    }
     println!("objects in kube-sim: {}", cluster.sim.object_count());
     println!("idle window: {window:.1} s");
     println!(
@@ -328,6 +361,10 @@ async fn at_rest(n: usize, idle: Duration, setup: Duration) {
         } else {
             String::new()
         }
+    );
+    println!(
+        "  controller writes per idle Rollout per minute: {:.4}",
+        writes.total() as f64 / n as f64 / (window / 60.0)
     );
     println!("  controller reads and watches: {reads:?}");
     println!(

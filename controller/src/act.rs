@@ -8,10 +8,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
 use kube::{Resource, ResourceExt};
@@ -31,9 +31,10 @@ use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::planner::anti_affinity;
 use crate::planner::{
-    AnalysisRunToCreate, EventType, NewReplicaSet, Observed, ObservedReplicaSet, Plan,
-    REVISION_ANNOTATION, ServiceSelector, TrafficPlan,
+    AnalysisRunToCreate, DeploymentScale, EventType, NewReplicaSet, Observed, ObservedReplicaSet,
+    Plan, REVISION_ANNOTATION, ServiceSelector, TrafficPlan,
 };
 use crate::status_patch;
 
@@ -55,6 +56,9 @@ pub async fn apply(
     ctx: &Context,
 ) -> Result<Action> {
     let target = Target::of(rollout)?;
+    for pod in &plan.evict_pods {
+        evict_pod(&target, pod, ctx).await?;
+    }
     if let Some(new_rs) = &plan.create_replica_set
         && !create_replica_set(
             &target,
@@ -67,6 +71,16 @@ pub async fn apply(
     {
         // Someone created it between our list and our create: plan again from what is there.
         return Ok(Action::requeue(Duration::ZERO));
+    }
+    if plan.create_replica_set.is_none() {
+        refresh_anti_affinity(
+            &target,
+            rollout,
+            observed,
+            &plan.status.current_pod_hash,
+            ctx,
+        )
+        .await?;
     }
     if let Some(revise) = &plan.revise_replica_set {
         let value = revise.revision.to_string();
@@ -88,6 +102,9 @@ pub async fn apply(
         if live != Some(scale.to) {
             scale_replica_set(&target, &scale.name, scale.to, ctx).await?;
         }
+    }
+    if let Some(scale) = &plan.scale_deployment {
+        scale_deployment(&target, scale, ctx).await?;
     }
     for deadline in &plan.set_scale_down_deadlines {
         let value = deadline.deadline.to_string();
@@ -259,6 +276,7 @@ pub fn replica_set_for(
     }
     template["metadata"]["labels"][DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY] =
         json!(new_rs.pod_template_hash);
+    anti_affinity::inject(&mut template, rollout, &new_rs.pod_template_hash);
     let labels = template["metadata"]["labels"].clone();
     let mut annotations = json!({ REVISION_ANNOTATION: new_rs.revision.to_string() });
     if let Some(applied) = applied_annotation(&ephemeral) {
@@ -313,11 +331,22 @@ async fn create_replica_set(
     })?;
     let api: Api<ReplicaSet> = target.api(ctx);
     match api.create(&PostParams::default(), &replica_set).await {
-        Ok(_) => {
+        Ok(created) => {
+            ctx.caches.replica_sets.expect_written(
+                &target.owner.uid,
+                &new_rs.name,
+                created.resource_version(),
+            );
             tracing::info!(replica_set = %new_rs.name, replicas = new_rs.replicas, revision = new_rs.revision, "created ReplicaSet");
             Ok(true)
         }
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            // Plan again only once the cache shows the ReplicaSet that is there.
+            ctx.caches
+                .replica_sets
+                .expect_written(&target.owner.uid, &new_rs.name, None);
+            Ok(false)
+        }
         Err(source) => Err(target.write_error("create", "ReplicaSet", &new_rs.name)(
             source,
         )),
@@ -403,10 +432,13 @@ async fn sync_ephemeral_metadata(
         "spec": { "template": pod_patch },
     });
     let replica_sets: Api<ReplicaSet> = target.api(ctx);
-    replica_sets
+    let synced = replica_sets
         .patch(&rs.name, &PatchParams::default(), &Patch::Merge(&rs_patch))
         .await
         .map_err(target.write_error("update pod metadata of", "ReplicaSet", &rs.name))?;
+    ctx.caches
+        .replica_sets
+        .expect_written(&target.owner.uid, &rs.name, synced.resource_version());
     let pods: Api<Pod> = target.api(ctx);
     let selector = format!(
         "{DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY}={}",
@@ -438,14 +470,95 @@ async fn sync_ephemeral_metadata(
 
 async fn scale_replica_set(target: &Target, name: &str, to: i32, ctx: &Context) -> Result<()> {
     let api: Api<ReplicaSet> = target.api(ctx);
-    api.patch_scale(
+    let scale = api
+        .patch_scale(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": to } })),
+        )
+        .await
+        .map_err(target.write_error("scale", "ReplicaSet", name))?;
+    // The Scale carries the ReplicaSet's resourceVersion after the write.
+    ctx.caches.replica_sets.expect_written(
+        &target.owner.uid,
         name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "replicas": to } })),
-    )
-    .await
-    .map_err(target.write_error("scale", "ReplicaSet", name))?;
+        scale.metadata.resource_version,
+    );
     tracing::info!(replica_set = %name, replicas = to, "scaled ReplicaSet");
+    Ok(())
+}
+
+/// Restarts a pod for `spec.restartAt` through the eviction subresource, so disruption budgets
+/// are honoured: an eviction a budget refuses (429) is left for a later reconcile.
+async fn evict_pod(target: &Target, name: &str, ctx: &Context) -> Result<()> {
+    let api: Api<Pod> = target.api(ctx);
+    match api.evict(name, &EvictParams::default()).await {
+        Ok(_) => {
+            tracing::info!(pod = %name, "evicted pod created before restartAt");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 429 => {
+            tracing::warn!(pod = %name, reason = %status.message, "eviction refused by a disruption budget; retrying later");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(target.write_error("evict", "Pod", name)(source)),
+    }
+}
+
+/// Points the anti-affinity term of the current revision's ReplicaSet at the stable revision
+/// when it names an older one (the stable changed since it was created), as Argo does. The
+/// ReplicaSet is read only during an update of a Rollout with `antiAffinity`.
+async fn refresh_anti_affinity(
+    target: &Target,
+    rollout: &Rollout,
+    observed: &Observed,
+    current_hash: &str,
+    ctx: &Context,
+) -> Result<()> {
+    if !anti_affinity::may_need_refresh(rollout, current_hash) {
+        return Ok(());
+    }
+    let Some(rs) = observed
+        .replica_sets
+        .iter()
+        .find(|rs| rs.pod_template_hash == current_hash)
+    else {
+        return Ok(());
+    };
+    let api: Api<ReplicaSet> = target.api(ctx);
+    let live = api.get(&rs.name).await.map_err(|source| Error::Read {
+        kind: "ReplicaSet",
+        namespace: target.namespace.clone(),
+        object: rs.name.clone(),
+        rollout: target.name.clone(),
+        source: Box::new(source),
+    })?;
+    let live_template = live
+        .spec
+        .as_ref()
+        .and_then(|spec| serde_json::to_value(&spec.template).ok())
+        .unwrap_or(Value::Null);
+    let Some(affinity) = anti_affinity::refreshed_affinity(&live_template, rollout, current_hash)
+    else {
+        return Ok(());
+    };
+    let patch = json!({ "spec": { "template": { "spec": { "affinity": affinity } } } });
+    api.patch(&rs.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(target.write_error("update the anti-affinity of", "ReplicaSet", &rs.name))?;
+    tracing::info!(replica_set = %rs.name, "pointed the injected anti-affinity at the stable revision");
+    Ok(())
+}
+
+/// Sets the `spec.workloadRef` Deployment's `spec.replicas` (`scaleDown`).
+async fn scale_deployment(target: &Target, scale: &DeploymentScale, ctx: &Context) -> Result<()> {
+    let api: Api<Deployment> = target.api(ctx);
+    let patch = json!({ "spec": { "replicas": scale.to } });
+    api.patch(&scale.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(target.write_error("scale", "Deployment", &scale.name))?;
+    tracing::info!(deployment = %scale.name, from = scale.from, to = scale.to, "scaled the workloadRef Deployment");
     Ok(())
 }
 
@@ -458,9 +571,13 @@ async fn annotate_revision(
 ) -> Result<()> {
     let api: Api<ReplicaSet> = target.api(ctx);
     let patch = json!({ "metadata": { "annotations": { REVISION_ANNOTATION: revision } } });
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    let revised = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(target.write_error("set the revision of", "ReplicaSet", name))?;
+    ctx.caches
+        .replica_sets
+        .expect_written(&target.owner.uid, name, revised.resource_version());
     tracing::info!(replica_set = %name, revision, "revised ReplicaSet");
     Ok(())
 }
@@ -475,9 +592,13 @@ async fn annotate_scale_down_deadline(
     let api: Api<ReplicaSet> = target.api(ctx);
     let patch =
         json!({ "metadata": { "annotations": { SCALE_DOWN_DEADLINE_ANNOTATION_KEY: deadline } } });
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    let annotated = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(target.write_error("annotate", "ReplicaSet", name))?;
+    ctx.caches
+        .replica_sets
+        .expect_written(&target.owner.uid, name, annotated.resource_version());
     Ok(())
 }
 
@@ -485,10 +606,18 @@ async fn delete_replica_set(target: &Target, name: &str, ctx: &Context) -> Resul
     let api: Api<ReplicaSet> = target.api(ctx);
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => {
+            ctx.caches
+                .replica_sets
+                .expect_deleted(&target.owner.uid, name);
             tracing::info!(replica_set = %name, "deleted old ReplicaSet beyond revisionHistoryLimit");
             Ok(())
         }
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            ctx.caches
+                .replica_sets
+                .expect_deleted(&target.owner.uid, name);
+            Ok(())
+        }
         Err(source) => Err(target.write_error("delete", "ReplicaSet", name)(source)),
     }
 }
@@ -742,12 +871,22 @@ async fn create_analysis_run(
     analysis_run.metadata.owner_references = Some(vec![target.owner.clone()]);
     let api: Api<AnalysisRun> = target.api(ctx);
     match api.create(&PostParams::default(), &analysis_run).await {
-        Ok(_) => {
+        Ok(created) => {
+            ctx.caches.analysis_runs.expect_written(
+                &target.owner.uid,
+                &run.name,
+                created.resource_version(),
+            );
             tracing::info!(analysis_run = %run.name, step = run.step_index, "created AnalysisRun");
             Ok(())
         }
         // Created by an earlier attempt whose status write was lost: the next plan finds it.
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            ctx.caches
+                .analysis_runs
+                .expect_written(&target.owner.uid, &run.name, None);
+            Ok(())
+        }
         Err(source) => Err(target.write_error("create", "AnalysisRun", &run.name)(
             source,
         )),
@@ -879,11 +1018,21 @@ async fn terminate_analysis_run(target: &Target, name: &str, ctx: &Context) -> R
         )
         .await
     {
-        Ok(_) => {
+        Ok(terminated) => {
+            ctx.caches.analysis_runs.expect_written(
+                &target.owner.uid,
+                name,
+                terminated.resource_version(),
+            );
             tracing::info!(analysis_run = %name, "terminated AnalysisRun");
             Ok(())
         }
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            ctx.caches
+                .analysis_runs
+                .expect_deleted(&target.owner.uid, name);
+            Ok(())
+        }
         Err(source) => Err(target.write_error("terminate", "AnalysisRun", name)(source)),
     }
 }
@@ -893,10 +1042,18 @@ async fn delete_analysis_run(target: &Target, name: &str, ctx: &Context) -> Resu
     let api: Api<AnalysisRun> = target.api(ctx);
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => {
+            ctx.caches
+                .analysis_runs
+                .expect_deleted(&target.owner.uid, name);
             tracing::info!(analysis_run = %name, "deleted AnalysisRun beyond the run history limits");
             Ok(())
         }
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            ctx.caches
+                .analysis_runs
+                .expect_deleted(&target.owner.uid, name);
+            Ok(())
+        }
         Err(source) => Err(target.write_error("delete", "AnalysisRun", name)(source)),
     }
 }

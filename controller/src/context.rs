@@ -1,5 +1,6 @@
 //! What every reconcile shares: the client, the event recorder, metrics, diagnostics, the
-//! settings taken from flags, and the per-Rollout failure counts that drive retry backoff.
+//! settings taken from flags, the watch caches of owned objects, and the per-Rollout failure
+//! counts that drive retry backoff.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::health::Diagnostics;
 use crate::metrics::Metrics;
+use crate::owned_cache::OwnedCaches;
 
 /// Name the controller reports as on events (`reportingController`), as Argo's does.
 pub const CONTROLLER_NAME: &str = "rollouts-controller";
@@ -30,6 +32,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub diagnostics: Arc<Diagnostics>,
     pub settings: Settings,
+    /// The ReplicaSets and AnalysisRuns of every Rollout, from the watches that trigger
+    /// reconciles.
+    pub caches: Arc<OwnedCaches>,
     /// Consecutive failed reconciles per `namespace/name`, reset on success.
     failures: Mutex<HashMap<String, u32>>,
     /// resourceVersion of the last status this controller wrote, per `namespace/name`, until a
@@ -43,6 +48,7 @@ impl Context {
         metrics: Arc<Metrics>,
         diagnostics: Arc<Diagnostics>,
         settings: Settings,
+        caches: Arc<OwnedCaches>,
     ) -> Self {
         let reporter = Reporter {
             controller: CONTROLLER_NAME.to_string(),
@@ -54,6 +60,7 @@ impl Context {
             metrics,
             diagnostics,
             settings,
+            caches,
             failures: Mutex::new(HashMap::new()),
             status_written: Mutex::new(HashMap::new()),
         }

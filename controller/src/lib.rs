@@ -10,6 +10,7 @@ pub mod error;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod owned_cache;
 pub mod planner;
 pub mod reconcile;
 pub mod startup;

@@ -2,13 +2,12 @@
 //! spec (the `InvalidSpec` condition and a Warning event), otherwise plan and act
 //! ([`apply_plan`]). `error_policy` logs, counts and backs off.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
@@ -27,12 +26,21 @@ use tracing::instrument;
 use crate::act::{self, LiveServices};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::planner::{self, Observed, ObservedAnalysisRun, ObservedReplicaSet};
+use crate::planner::{
+    self, Observed, ObservedAnalysisRun, ObservedDeployment, ObservedPod, ObservedReplicaSet,
+};
 use crate::status_patch;
 
 /// How soon an invalid Rollout is looked at again: the cause may be timing (a Service applied
 /// after the Rollout), as Argo assumes.
 pub const INVALID_SPEC_REQUEUE: Duration = Duration::from_secs(20);
+
+/// How soon a reconcile that found the watch caches behind its own writes looks again; the
+/// watch event that brings them up to date triggers it sooner.
+pub const CACHE_CATCH_UP: Duration = Duration::from_millis(500);
+
+/// How long a reconcile waits for the first list of ReplicaSets and AnalysisRuns.
+const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Reconciles one Rollout; timing and outcome go to metrics.
 #[instrument(skip(rollout, ctx), fields(namespace = rollout.namespace(), name = rollout.name_any()))]
@@ -89,6 +97,18 @@ async fn reconcile_rollout(rollout: &Rollout, namespace: &str, ctx: &Context) ->
     let Some(routers) = ready_routers(rollout, namespace, ctx).await? else {
         return Ok(Action::requeue(INVALID_SPEC_REQUEUE));
     };
+    if !ctx.caches.wait_ready(CACHE_SYNC_TIMEOUT).await {
+        tracing::warn!(
+            timeout = ?CACHE_SYNC_TIMEOUT,
+            "the ReplicaSet and AnalysisRun watches have not listed yet: check that the controller's role may list and watch them"
+        );
+        return Ok(Action::requeue(CACHE_CATCH_UP));
+    }
+    if let Some(lagging) = ctx.caches.lagging(&rollout.uid().unwrap_or_default()) {
+        // Planning from it could create a second ReplicaSet or scale twice.
+        tracing::debug!(%lagging, "the watch cache does not show our last write yet");
+        return Ok(Action::requeue(CACHE_CATCH_UP));
+    }
     let (observed, services) = observe(rollout, namespace, &routers, ctx).await?;
     apply_plan(rollout, &observed, &services, &routers, ctx).await
 }
@@ -110,7 +130,10 @@ pub async fn apply_plan(
     routers: &[Box<dyn TrafficRouter>],
     ctx: &Context,
 ) -> Result<Action> {
-    let plan = planner::plan(rollout, observed, Timestamp::now());
+    // With workloadRef, the ReplicaSets are built from the Deployment's template.
+    let resolved = planner::workload_ref::resolve(rollout, observed).ok();
+    let rollout = resolved.as_deref().unwrap_or(rollout);
+    let plan = planner::coalesce::plan(rollout, observed, Timestamp::now());
     tracing::debug!(
         replica_sets = observed.replica_sets.len(),
         analysis_runs = observed.analysis_runs.len(),
@@ -169,45 +192,31 @@ async fn record_invalid_spec(
     Ok(())
 }
 
-/// Lists the ReplicaSets and AnalysisRuns the Rollout controls (by owner UID), ReplicaSets
-/// narrowed by its selector labels, and reads the Services its spec names.
+/// Reads the ReplicaSets and AnalysisRuns the Rollout controls (by owner UID) from the watch
+/// caches, ReplicaSets narrowed by its selector labels, and GETs the Services its spec names:
+/// a Rollout is reconciled only while something moves, so reading them fresh costs nothing at
+/// rest, where a cache would hold every Service in scope.
 async fn observe(
     rollout: &Rollout,
     namespace: &str,
     routers: &[Box<dyn TrafficRouter>],
     ctx: &Context,
 ) -> Result<(Observed, LiveServices)> {
-    let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), namespace);
-    let params = ListParams::default().labels(&replica_set_selector(rollout));
-    let list = api
-        .list(&params)
-        .await
-        .map_err(|source| Error::ListReplicaSets {
-            namespace: namespace.to_string(),
-            name: rollout.name_any(),
-            source: Box::new(source),
-        })?;
-    let uid = rollout.uid();
-    let replica_sets = list
-        .items
+    let uid = rollout.uid().unwrap_or_default();
+    let replica_sets: Vec<ObservedReplicaSet> = ctx
+        .caches
+        .replica_sets
+        .owned_by(&uid)
         .iter()
-        .filter(|rs| controlled_by(rs.owner_references(), uid.as_deref()))
-        .map(observed_replica_set)
+        .filter(|rs| selected_by(rollout, rs.labels()))
+        .map(|rs| observed_replica_set(rs))
         .collect();
-    let runs: Api<AnalysisRun> = Api::namespaced(ctx.client.clone(), namespace);
-    let list = runs
-        .list(&ListParams::default().labels(ROLLOUT_TYPE_LABEL))
-        .await
-        .map_err(|source| Error::ListAnalysisRuns {
-            namespace: namespace.to_string(),
-            name: rollout.name_any(),
-            source: Box::new(source),
-        })?;
-    let analysis_runs = list
-        .items
+    let analysis_runs = ctx
+        .caches
+        .analysis_runs
+        .owned_by(&uid)
         .iter()
-        .filter(|run| controlled_by(run.owner_references(), uid.as_deref()))
-        .map(observed_analysis_run)
+        .map(|run| observed_analysis_run(run))
         .collect();
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     let mut services = LiveServices::new();
@@ -231,20 +240,139 @@ async fn observe(
             }
         }
     }
+    let (restart_pods, workload) =
+        observe_restart_and_workload(rollout, &replica_sets, ctx).await?;
     // Every field named: a field the planner adds must be observed here, not defaulted.
     let observed = Observed {
         replica_sets,
         analysis_runs,
         missing_services,
         traffic_weight_verified: act::verify_recorded_weight(rollout, routers).await?,
+        restart_pods,
+        workload,
     };
     Ok((observed, services))
 }
 
-fn controlled_by(owners: &[OwnerReference], uid: Option<&str>) -> bool {
-    owners
+/// The pods a pending `spec.restartAt` restart needs (listed by the ReplicaSet selector, kept
+/// when one of `replica_sets` controls them; not listed otherwise, as pods are not watched) and
+/// the Deployment `spec.workloadRef` names (read by name; `None` when it does not exist).
+async fn observe_restart_and_workload(
+    rollout: &Rollout,
+    replica_sets: &[ObservedReplicaSet],
+    ctx: &Context,
+) -> Result<(Option<Vec<ObservedPod>>, Option<ObservedDeployment>)> {
+    let namespace = rollout.namespace().unwrap_or_default();
+    let read_error = |kind: &'static str, object: String| {
+        let namespace = namespace.clone();
+        move |source: kube::Error| Error::Read {
+            kind,
+            namespace,
+            object,
+            rollout: rollout.name_any(),
+            source: Box::new(source),
+        }
+    };
+    let mut restart_pods = None;
+    if planner::restart::needs_restart(rollout, Timestamp::now()) {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+        let params = ListParams::default().labels(&replica_set_selector(rollout));
+        let list = api
+            .list(&params)
+            .await
+            .map_err(read_error("Pod", replica_set_selector(rollout)))?;
+        let controlled = |pod: &&Pod| {
+            pod.owner_references().iter().any(|owner| {
+                owner.controller == Some(true)
+                    && owner.kind == "ReplicaSet"
+                    && replica_sets.iter().any(|rs| rs.name == owner.name)
+            })
+        };
+        let pods = list
+            .items
+            .iter()
+            .filter(controlled)
+            .map(observed_pod)
+            .collect();
+        restart_pods = Some(pods);
+    }
+    let mut workload = None;
+    if let Some(name) = planner::workload_ref::deployment_name(rollout) {
+        let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+        let found = api
+            .get_opt(name)
+            .await
+            .map_err(read_error("Deployment", name.to_string()))?;
+        workload = found.map(|deployment| observed_deployment(&deployment));
+    }
+    Ok((restart_pods, workload))
+}
+
+fn observed_pod(pod: &Pod) -> ObservedPod {
+    let replica_set = pod
+        .owner_references()
         .iter()
-        .any(|owner| owner.controller == Some(true) && Some(owner.uid.as_str()) == uid)
+        .find(|owner| owner.controller == Some(true))
+        .map(|owner| owner.name.clone())
+        .unwrap_or_default();
+    let ready_since = pod
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .and_then(|conditions| {
+            conditions
+                .iter()
+                .find(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+        .map(|condition| {
+            condition
+                .last_transition_time
+                .as_ref()
+                .map_or(Timestamp::UNIX_EPOCH, |time| time.0)
+        });
+    ObservedPod {
+        name: pod.name_any(),
+        replica_set,
+        created: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(Timestamp::UNIX_EPOCH, |time| time.0),
+        ready_since,
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+fn observed_deployment(deployment: &Deployment) -> ObservedDeployment {
+    let spec = deployment.spec.as_ref();
+    let template = spec
+        .and_then(|spec| serde_json::to_value(&spec.template).ok())
+        .and_then(|template| match template {
+            serde_json::Value::Object(map) => Some(map),
+            _ => None,
+        });
+    ObservedDeployment {
+        name: deployment.name_any(),
+        replicas: spec.and_then(|spec| spec.replicas).unwrap_or(1),
+        template,
+        selector: spec.map(|spec| spec.selector.clone()),
+    }
+}
+
+/// The ReplicaSet carries every label of the Rollout's `selector.matchLabels` (the watch
+/// already asked for the `rollouts-pod-template-hash` label), as the LIST by
+/// [`replica_set_selector`] did.
+fn selected_by(rollout: &Rollout, labels: &BTreeMap<String, String>) -> bool {
+    rollout
+        .spec
+        .selector
+        .as_ref()
+        .and_then(|selector| selector.match_labels.as_ref())
+        .is_none_or(|wanted| {
+            wanted
+                .iter()
+                .all(|(key, value)| labels.get(key) == Some(value))
+        })
 }
 
 fn observed_analysis_run(run: &AnalysisRun) -> ObservedAnalysisRun {

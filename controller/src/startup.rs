@@ -1,17 +1,17 @@
 //! Starting and stopping the controller: logging, the client, the CRD check, the HTTP
-//! endpoints, leader election, the Rollout `Controller` and shutdown on SIGTERM/SIGINT.
+//! endpoints, leader election, the Rollout `Controller` with the watches that feed its caches,
+//! and shutdown on SIGTERM/SIGINT.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, Config};
 use rollouts_crds::analysis::AnalysisRun;
 use rollouts_crds::rollout::{DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, ROLLOUT_TYPE_LABEL, Rollout};
@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::health::{self, Diagnostics, Endpoints, Leadership};
 use crate::leader::{self, LeaderElection};
 use crate::metrics::Metrics;
+use crate::owned_cache::{self, OwnedCaches};
 use crate::reconcile::{error_policy, reconcile};
 
 /// How long AnalysisRun reconciles in flight get to finish once the Rollout controller stopped.
@@ -104,26 +105,13 @@ pub async fn run(flags: Flags) -> Result<()> {
         None => "in all namespaces".to_string(),
     };
     let rollouts: Api<Rollout> = scoped_api(&client, namespace);
-    // ReplicaSets and AnalysisRuns are watched as metadata only: a change is all the trigger
-    // needs.
-    let replica_sets: Api<PartialObjectMeta<ReplicaSet>> = scoped_api(&client, namespace);
-    let analysis_runs: Api<PartialObjectMeta<AnalysisRun>> = scoped_api(&client, namespace);
     check_crd_installed(&rollouts, &scope).await?;
 
     let selector = flags.rollout_label_selector();
     tracing::info!(scope = %scope, %selector, "watching Rollouts");
-    let rollout_controller =
-        Controller::new(rollouts, watcher::Config::default().labels(&selector))
-            .owns(
-                replica_sets,
-                watcher::Config::default().labels(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY),
-            )
-            // A run finishing moves its step on.
-            .owns(
-                analysis_runs,
-                watcher::Config::default().labels(ROLLOUT_TYPE_LABEL),
-            )
-            .with_config(controller::Config::default().concurrency(flags.concurrency));
+    let caches = Arc::new(OwnedCaches::new());
+    let rollout_controller = rollout_controller(&client, namespace, &selector, &caches)
+        .with_config(controller::Config::default().concurrency(flags.concurrency));
     let rollout_controller = watch_router_objects(rollout_controller, &client, namespace).await;
 
     let metrics = Arc::new(Metrics::new(rollout_controller.store()));
@@ -205,6 +193,7 @@ pub async fn run(flags: Flags) -> Result<()> {
             instance_id: flags.instance_id.clone(),
             prometheus_address: flags.prometheus_address.clone(),
         },
+        caches,
     ));
     // AnalysisRuns have their own controller, under the same leadership and shutdown.
     let analysis_runs = tokio::spawn(crate::analysisrun::run(
@@ -258,6 +247,52 @@ pub async fn run(flags: Flags) -> Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The Rollout `Controller`: Rollouts (managedFields dropped) trigger themselves; ReplicaSets
+/// and AnalysisRuns (a run finishing moves its step on) are stored in `caches`, stripped, before
+/// they trigger their owner, so a reconcile reads its own objects from memory instead of
+/// listing them.
+fn rollout_controller(
+    client: &Client,
+    namespace: Option<&str>,
+    selector: &str,
+    caches: &Arc<OwnedCaches>,
+) -> Controller<Rollout> {
+    let (rollout_store, rollout_writer) = reflector::store();
+    let rollouts = watcher(
+        scoped_api::<Rollout>(client, namespace),
+        watcher::Config::default().labels(selector),
+    )
+    .default_backoff()
+    .modify(|rollout| rollout.metadata.managed_fields = None)
+    .reflect(rollout_writer)
+    .applied_objects();
+    let replica_sets = watcher(
+        scoped_api::<ReplicaSet>(client, namespace),
+        watcher::Config::default().labels(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY),
+    )
+    .default_backoff()
+    .modify(owned_cache::strip_replica_set)
+    .inspect_ok({
+        let caches = caches.clone();
+        move |event| caches.replica_sets.apply(event)
+    })
+    .touched_objects();
+    let analysis_runs = watcher(
+        scoped_api::<AnalysisRun>(client, namespace),
+        watcher::Config::default().labels(ROLLOUT_TYPE_LABEL),
+    )
+    .default_backoff()
+    .modify(owned_cache::strip_analysis_run)
+    .inspect_ok({
+        let caches = caches.clone();
+        move |event| caches.analysis_runs.apply(event)
+    })
+    .touched_objects();
+    Controller::for_stream(rollouts, rollout_store)
+        .owns_stream(replica_sets)
+        .owns_stream(analysis_runs)
 }
 
 /// An API for `K` in `namespace`, or in all namespaces.

@@ -5,15 +5,21 @@
 //! promote-full, abort, retry, restart on a new template, fast rollback, progress deadline) and
 //! the blue-green switch (preview, pause, pre/post-promotion analysis, scale-down delay).
 //! Everything it decides is written back into `status`, so a restarted controller planning
-//! from the same status takes the same next action.
+//! from the same status takes the same next action. `spec.workloadRef` ([`workload_ref`]) is
+//! resolved before either strategy plans; `spec.restartAt` ([`restart`]) and the Deployment's
+//! scale-down are planned on top of the strategy's plan.
 
+pub mod anti_affinity;
 mod bluegreen;
 mod canary;
+pub mod coalesce;
 pub mod hash;
 pub mod replicas;
+pub mod restart;
 mod run_history;
 mod status;
 mod validation;
+pub mod workload_ref;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -26,14 +32,23 @@ use rollouts_crds::rollout::{
 };
 
 pub use canary::steps_hash;
+pub use restart::ObservedPod;
+pub use workload_ref::{DeploymentScale, ObservedDeployment};
 
 /// Plans the next move of `rollout` from what was `observed`, at `now`: blue-green or canary.
 pub fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
+    let resolved = match workload_ref::resolve(rollout, observed) {
+        Ok(resolved) => resolved,
+        Err(error) => return workload_ref::invalid_spec(rollout, &error, now),
+    };
+    let rollout = resolved.as_ref();
     let mut plan = match rollout.spec.strategy.blue_green.as_ref() {
         Some(blue_green) => bluegreen::plan(rollout, blue_green, observed, now),
         None => canary::plan(rollout, observed, now),
     };
     plan.delete_analysis_runs = run_history::runs_to_delete(rollout, observed, &plan);
+    restart::reconcile(rollout, observed, now, &mut plan);
+    workload_ref::reconcile(rollout, observed, &mut plan);
     plan
 }
 
@@ -96,6 +111,12 @@ pub struct Observed {
     /// The routers' `verify_weight` for the weight `status.canary.weights` records: `None` when
     /// there is no router, no weight recorded yet, or the router cannot tell.
     pub traffic_weight_verified: Option<bool>,
+    /// The Rollout's pods, listed only while a `spec.restartAt` restart is pending
+    /// ([`restart::needs_restart`]); `None` when not listed.
+    pub restart_pods: Option<Vec<ObservedPod>>,
+    /// The Deployment `spec.workloadRef` names; `None` without workloadRef or when it does not
+    /// exist.
+    pub workload: Option<ObservedDeployment>,
 }
 
 impl Observed {
@@ -263,9 +284,21 @@ pub struct Plan {
     pub events: Vec<Event>,
     /// Look again after this long even if nothing changes (a pause or deadline expires).
     pub requeue_after: Option<Duration>,
+    /// Pods to restart for `spec.restartAt`, through the eviction subresource, in order.
+    pub evict_pods: Vec<String>,
+    /// The new `spec.replicas` of the `spec.workloadRef` Deployment (`scaleDown`).
+    pub scale_deployment: Option<DeploymentScale>,
 }
 
 impl Plan {
+    /// Look again after `after` at the latest.
+    fn requeue_within(&mut self, after: Duration) {
+        self.requeue_after = Some(
+            self.requeue_after
+                .map_or(after, |current| current.min(after)),
+        );
+    }
+
     /// A plan that changes nothing.
     fn unchanged(rollout: &Rollout) -> Self {
         Self {
@@ -286,6 +319,8 @@ impl Plan {
             status_changed: false,
             events: Vec::new(),
             requeue_after: None,
+            evict_pods: Vec::new(),
+            scale_deployment: None,
         }
     }
 
@@ -302,5 +337,7 @@ impl Plan {
             && self.delete_replica_sets.is_empty()
             && !self.status_changed
             && self.events.is_empty()
+            && self.evict_pods.is_empty()
+            && self.scale_deployment.is_none()
     }
 }

@@ -477,13 +477,6 @@ fn string_match(value: &StringMatch, path: &str) -> Result<(), FieldError> {
 /// The pod template and replica count every strategy needs.
 fn validate_template(rollout: &Rollout) -> Result<serde_json::Value, FieldError> {
     let spec = &rollout.spec;
-    if spec.workload_ref.is_some() {
-        return Err(FieldError::new(
-            "spec.workloadRef",
-            "templates referenced from a Deployment are not supported by this controller yet",
-            "write the pod template inline in spec.template",
-        ));
-    }
     let Some(template) = spec.template.as_ref() else {
         return Err(FieldError::new(
             "spec.template",
@@ -570,13 +563,6 @@ pub(super) fn validate_blue_green(
         if analysis.as_ref().is_some_and(|a| a.templates().is_empty()) {
             return Err(no_templates(format!("{path}.{field}.templates")));
         }
-    }
-    if blue_green.anti_affinity.is_some() {
-        return Err(FieldError::new(
-            format!("{path}.antiAffinity"),
-            "anti-affinity between revisions is not supported by this controller yet",
-            "remove antiAffinity",
-        ));
     }
     Ok(template)
 }
