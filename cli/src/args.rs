@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::verbs;
 
 /// Manage Rollouts: get, list, status, plan, promote, abort, retry, pause, restart, set image,
-/// undo, lint.
+/// undo, create analysisrun, lint.
 #[derive(Debug, Parser)]
 #[command(name = "kubectl-rollouts", bin_name = "kubectl-rollouts", version)]
 pub struct Cli {
@@ -74,6 +74,9 @@ pub enum Command {
     Set(verbs::set_image::SetKind),
     /// Roll back to an earlier revision.
     Undo(verbs::undo::Args),
+    /// Create an AnalysisRun from an AnalysisTemplate or a ClusterAnalysisTemplate.
+    #[command(subcommand)]
+    Create(verbs::create::Kind),
     /// Terminate a running AnalysisRun.
     #[command(subcommand)]
     Terminate(verbs::terminate::Kind),

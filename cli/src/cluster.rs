@@ -3,11 +3,14 @@
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PostParams;
 use kube::api::{Api, ApiResource, ListParams, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{DynamicObject, GroupVersionKind, Request};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config};
+use rollouts_crds::analysis::{AnalysisTemplate, AnalysisTemplateSpec, ClusterAnalysisTemplate};
 use rollouts_crds::rollout::Rollout;
 use serde_json::Value;
 
@@ -166,6 +169,51 @@ impl Cluster {
             .request(request)
             .await
             .map_err(|e| self.error(e, "getting", kind, name))
+    }
+
+    /// Reads an AnalysisTemplate in the namespace, or with `cluster_scope` a
+    /// ClusterAnalysisTemplate: its metadata and spec.
+    pub async fn analysis_template(
+        &self,
+        name: &str,
+        cluster_scope: bool,
+    ) -> Result<(ObjectMeta, AnalysisTemplateSpec)> {
+        if cluster_scope {
+            Api::<ClusterAnalysisTemplate>::all(self.client.clone())
+                .get(name)
+                .await
+                .map(|template| (template.metadata, template.spec.0))
+                .map_err(|e| self.error(e, "getting", TargetKind::ClusterAnalysisTemplate, name))
+        } else {
+            Api::<AnalysisTemplate>::namespaced(self.client.clone(), &self.namespace)
+                .get(name)
+                .await
+                .map(|template| (template.metadata, template.spec))
+                .map_err(|e| self.error(e, "getting", TargetKind::AnalysisTemplate, name))
+        }
+    }
+
+    /// Creates `object` of `kind` in the namespace; returns it as the server stored it. `name`
+    /// (or the generateName prefix) names it in errors.
+    pub async fn create(
+        &self,
+        kind: TargetKind,
+        name: &str,
+        object: &Value,
+    ) -> Result<DynamicObject> {
+        let body = serde_json::to_vec(object).map_err(|e| Error::Output(e.to_string()))?;
+        let request = Request::new(kind.collection_path(&self.namespace))
+            .create(&PostParams::default(), body)
+            .map_err(|e| {
+                Error::Invalid(format!(
+                    "cannot build a request for {} \"{name}\": {e}",
+                    kind.resource()
+                ))
+            })?;
+        self.client
+            .request(request)
+            .await
+            .map_err(|e| self.error(e, "creating", kind, name))
     }
 
     /// ReplicaSets in the namespace whose labels match `selector` (`key=value,...`).

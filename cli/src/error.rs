@@ -17,10 +17,14 @@ pub enum Error {
     },
     /// No API server answered at the configured address.
     #[error(
-        "Unable to connect to the server {server}: {cause} - is a cluster running there? (fix: point --context or --kubeconfig at a reachable cluster)"
+        "Unable to connect to the server {server} ({action} {object}): {cause} - is a cluster running there? (fix: point --context or --kubeconfig at a reachable cluster)",
+        object = object(*kind, name)
     )]
     Unreachable {
         server: String,
+        action: &'static str,
+        kind: TargetKind,
+        name: String,
         /// The innermost cause ("Connection refused (os error 111)").
         cause: String,
         #[source]
@@ -32,7 +36,7 @@ pub enum Error {
     )]
     Kubeconfig(String),
     /// Any other client failure talking to the server (bad response, TLS, auth plugin).
-    #[error("error: {action} {resource} \"{name}\": {source}", resource = kind.resource())]
+    #[error("error: {action} {object}: {source}", object = object(*kind, name))]
     Client {
         action: &'static str,
         kind: TargetKind,
@@ -77,6 +81,15 @@ fn reason(status: &Status) -> String {
     .to_string()
 }
 
+/// `rollouts.argoproj.io "web"`, or the bare resource for a request about no one object
+/// (a listing, named `*` or nothing).
+fn object(kind: TargetKind, name: &str) -> String {
+    match name {
+        "" | "*" => kind.resource().to_string(),
+        _ => format!("{} \"{name}\"", kind.resource()),
+    }
+}
+
 /// The server's message, or kubectl's wording for the reason when the server sent none.
 fn server_message(status: &Status, kind: TargetKind, name: &str) -> String {
     if !status.message.is_empty() {
@@ -84,12 +97,12 @@ fn server_message(status: &Status, kind: TargetKind, name: &str) -> String {
     }
     let resource = kind.resource();
     match reason(status).as_str() {
-        "NotFound" => format!("{resource} \"{name}\" not found"),
-        "Forbidden" => format!("{resource} \"{name}\" is forbidden"),
+        "NotFound" => format!("{} not found", object(kind, name)),
+        "Forbidden" => format!("{} is forbidden", object(kind, name)),
         "Conflict" => format!(
             "Operation cannot be fulfilled on {resource} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
         ),
-        other => format!("{resource} \"{name}\": {other} (HTTP {})", status.code),
+        other => format!("{}: {other} (HTTP {})", object(kind, name), status.code),
     }
 }
 
@@ -110,6 +123,9 @@ impl Error {
             },
             kube::Error::HyperError(_) | kube::Error::Service(_) => Error::Unreachable {
                 server: server.to_string(),
+                action,
+                kind,
+                name: name.to_string(),
                 cause: root_cause(&err),
                 source: Box::new(err),
             },

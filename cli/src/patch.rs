@@ -29,6 +29,8 @@ pub enum TargetKind {
     /// The Deployment a Rollout's `spec.workloadRef` names.
     Deployment,
     AnalysisRun,
+    AnalysisTemplate,
+    ClusterAnalysisTemplate,
 }
 
 impl TargetKind {
@@ -38,10 +40,12 @@ impl TargetKind {
             TargetKind::Rollout => "rollouts.argoproj.io",
             TargetKind::Deployment => "deployments.apps",
             TargetKind::AnalysisRun => "analysisruns.argoproj.io",
+            TargetKind::AnalysisTemplate => "analysistemplates.argoproj.io",
+            TargetKind::ClusterAnalysisTemplate => "clusteranalysistemplates.argoproj.io",
         }
     }
 
-    /// The namespaced collection path, without the object name.
+    /// The collection path, without the object name; cluster-scoped kinds ignore `namespace`.
     pub fn collection_path(self, namespace: &str) -> String {
         match self {
             TargetKind::Rollout => {
@@ -50,6 +54,12 @@ impl TargetKind {
             TargetKind::Deployment => format!("/apis/apps/v1/namespaces/{namespace}/deployments"),
             TargetKind::AnalysisRun => {
                 format!("/apis/argoproj.io/v1alpha1/namespaces/{namespace}/analysisruns")
+            }
+            TargetKind::AnalysisTemplate => {
+                format!("/apis/argoproj.io/v1alpha1/namespaces/{namespace}/analysistemplates")
+            }
+            TargetKind::ClusterAnalysisTemplate => {
+                "/apis/argoproj.io/v1alpha1/clusteranalysistemplates".to_string()
             }
         }
     }

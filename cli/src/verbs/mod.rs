@@ -2,6 +2,7 @@
 
 pub mod abort;
 pub mod completion;
+pub mod create;
 pub mod get;
 pub mod lint;
 pub mod list;
@@ -78,6 +79,8 @@ pub(crate) fn kind_word(target: TargetKind) -> &'static str {
         TargetKind::Rollout => "rollout",
         TargetKind::Deployment => "deployment",
         TargetKind::AnalysisRun => "analysisrun",
+        TargetKind::AnalysisTemplate => "analysistemplate",
+        TargetKind::ClusterAnalysisTemplate => "clusteranalysistemplate",
     }
 }
 

@@ -1,0 +1,613 @@
+//! The plugin driving the real `rollouts-controller` binary: kube-sim in-process, the controller
+//! as a process against it, and every verb run as `kubectl rollouts ...` through the real kubectl
+//! (the plugin's directory first on PATH). Nothing here writes a Rollout's status: what the tests
+//! see is what the controller did after the plugin's patch.
+//!
+//! The controller is not a binary of this package, so it is taken from next to the test
+//! executable (`target/<profile>/rollouts-controller`); `cargo test --workspace` builds it first,
+//! `cargo build -p rollouts-controller` does it alone.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun};
+use rollouts_crds::rollout::{Rollout, RolloutStatus};
+use rollouts_e2e::sim::{SimHandle, SimOptions, start};
+use serde_json::{Value, json};
+
+// A deadline, not a timing: the suite shares two cores with builds and other tests.
+const DEADLINE: Duration = Duration::from_secs(60);
+const NAMESPACE: &str = "default";
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// `target/<profile>/rollouts-controller`, next to this test's `deps/` directory.
+fn controller_binary() -> PathBuf {
+    let test_executable = std::env::current_exe().expect("the test executable's path");
+    let profile_dir = test_executable
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test executable lives in target/<profile>/deps");
+    let binary = profile_dir.join(format!(
+        "rollouts-controller{}",
+        std::env::consts::EXE_SUFFIX
+    ));
+    assert!(
+        binary.is_file(),
+        "the controller binary {} is missing: run `cargo build -p rollouts-controller` first (`cargo test --workspace` builds it too)",
+        binary.display()
+    );
+    binary
+}
+
+/// The controller process, its log lines echoed to the test's stderr (shown when a test fails).
+struct Controller(Child);
+
+impl Controller {
+    fn start(kubeconfig: &Path) -> Self {
+        let mut child = Command::new(controller_binary())
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--leader-elect=false", "--log-format", "json"])
+            .args([
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+            ])
+            .env_remove("RUST_LOG")
+            .env_remove("ROLLOUTS_NAMESPACE")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the controller starts");
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    eprintln!("controller: {line}");
+                }
+            });
+        }
+        Self(child)
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A kube-sim with the CRDs, a kubeconfig and kubectl cache for it, a client, and the
+/// controller running against it.
+struct World {
+    sim: SimHandle,
+    dir: PathBuf,
+    client: Client,
+    _controller: Controller,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl World {
+    fn start(label: &str) -> Self {
+        assert!(
+            on_path("kubectl"),
+            "kubectl is not on PATH: these tests drive the real kubectl (CI has it)"
+        );
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
+        let sim = start(SimOptions {
+            crd_dirs: vec![crds],
+            pod_ready_after: Duration::from_millis(100),
+            metrics_listen: None,
+            ..SimOptions::default()
+        })
+        .expect("kube-sim starts");
+        let dir = std::env::temp_dir().join(format!(
+            "kubectl-rollouts-live-{label}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(dir.join("cache")).expect("temp dir");
+        sim.write_kubeconfig(&dir.join("kubeconfig"))
+            .expect("write kubeconfig");
+        let config = kube::Config::new(sim.url().parse().expect("sim URL"));
+        let client = Client::try_from(config).expect("client");
+        let controller = Controller::start(&dir.join("kubeconfig"));
+        Self {
+            sim,
+            dir,
+            client,
+            _controller: controller,
+        }
+    }
+
+    /// PATH with the plugin's directory first, so kubectl finds this build of it.
+    fn path_var(&self) -> std::ffi::OsString {
+        let plugin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-rollouts"))
+            .parent()
+            .expect("the binary has a directory")
+            .to_path_buf();
+        let rest = std::env::var_os("PATH").unwrap_or_default();
+        std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(&rest)))
+            .expect("PATH joins")
+    }
+
+    /// `kubectl rollouts ARGS` with this world's kubeconfig and cache.
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("rollouts")
+            .args(args)
+            .env("PATH", self.path_var())
+            .env("KUBECONFIG", self.dir.join("kubeconfig"))
+            .env("KUBECACHEDIR", self.dir.join("cache"))
+            .env("HOME", &self.dir)
+            .output()
+            .expect("kubectl runs")
+    }
+
+    /// Runs `kubectl rollouts ARGS`, which must succeed; returns its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl rollouts {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn rollouts(&self) -> Api<Rollout> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    async fn rollout(&self, name: &str) -> Rollout {
+        self.rollouts().get(name).await.expect("reads the Rollout")
+    }
+
+    async fn status(&self, name: &str) -> RolloutStatus {
+        self.rollout(name).await.status.unwrap_or_default()
+    }
+
+    /// The Rollout's ReplicaSets by pod-template hash: (spec.replicas, availableReplicas).
+    async fn replica_sets(&self, rollout: &str) -> BTreeMap<String, (i32, i32)> {
+        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let listed = api.list(&ListParams::default()).await.expect("lists");
+        listed
+            .items
+            .iter()
+            .filter(|rs| rs.owner_references().iter().any(|o| o.name == rollout))
+            .map(|rs| {
+                let hash = rs
+                    .labels()
+                    .get("rollouts-pod-template-hash")
+                    .cloned()
+                    .unwrap_or_default();
+                let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let available = rs
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.available_replicas)
+                    .unwrap_or(0);
+                (hash, (replicas, available))
+            })
+            .collect()
+    }
+
+    /// Waits until the Rollout is Healthy with every pod of its current revision available;
+    /// returns that revision's hash.
+    async fn healthy(&self, name: &str, replicas: i32) -> String {
+        eventually(&format!("{name} Healthy"), async || {
+            let status = self.status(name).await;
+            let done = status.phase == "Healthy"
+                && !status.current_pod_hash.is_empty()
+                && status.stable_rs == status.current_pod_hash
+                && status.available_replicas == replicas;
+            done.then_some(status.current_pod_hash)
+        })
+        .await
+    }
+
+    /// Waits for a step pause at `index` with the ReplicaSets at `sizes` (hash -> replicas, all
+    /// available, the others at zero).
+    async fn paused_at(&self, name: &str, index: i32, sizes: &[(&str, i32)]) {
+        eventually(
+            &format!("{name} paused at step {index} with {sizes:?}"),
+            async || {
+                let status = self.status(name).await;
+                let paused =
+                    status.current_step_index == Some(index) && !status.pause_conditions.is_empty();
+                let sets = self.replica_sets(name).await;
+                let all_there = sizes.iter().all(|(hash, _)| sets.contains_key(*hash));
+                let sized = all_there
+                    && sets.iter().all(|(hash, (replicas, available))| {
+                        let want = sizes.iter().find(|(h, _)| h == hash).map_or(0, |(_, n)| *n);
+                        *replicas == want && *available == want
+                    });
+                (paused && sized).then_some(())
+            },
+        )
+        .await
+    }
+
+    /// Waits for a new revision (a pod-template hash other than `old`); returns its hash.
+    async fn new_revision(&self, name: &str, old: &str) -> String {
+        eventually(&format!("{name} leaving revision {old}"), async || {
+            let hash = self.status(name).await.current_pod_hash;
+            (!hash.is_empty() && hash != old).then_some(hash)
+        })
+        .await
+    }
+}
+
+/// A canary Rollout of four `app` pods with two indefinite pauses.
+fn rollout(name: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 4,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": image}]}
+            },
+            "strategy": {"canary": {"steps": [
+                {"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {}}
+            ]}}
+        }
+    })
+}
+
+/// Polls `check` every 50 ms until it gives Some, failing after [`DEADLINE`].
+async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promote_abort_retry_and_status_drive_the_controller() {
+    let world = World::start("promote");
+    world
+        .sim
+        .create(NAMESPACE, rollout("web", "app:v1"))
+        .expect("seed");
+    let v1 = world.healthy("web", 4).await;
+    let healthy = world.ok(&["status", "web", "--timeout", "60s"]);
+    assert!(healthy.ends_with("Healthy\n"), "{healthy}");
+
+    assert_eq!(
+        world.ok(&["set", "image", "web", "app=app:v2"]),
+        "rollout \"web\" image updated\n"
+    );
+    let v2 = world.new_revision("web", &v1).await;
+    world.paused_at("web", 1, &[(&v1, 3), (&v2, 1)]).await;
+
+    // promote skips the step pause: on to setWeight 50 and the second pause.
+    assert_eq!(world.ok(&["promote", "web"]), "rollout 'web' promoted\n");
+    world.paused_at("web", 3, &[(&v1, 2), (&v2, 2)]).await;
+
+    // abort: back to the stable pods, and the Rollout is Degraded.
+    assert_eq!(world.ok(&["abort", "web"]), "rollout 'web' aborted\n");
+    eventually("web aborted back to stable", async || {
+        let status = world.status("web").await;
+        let sets = world.replica_sets("web").await;
+        (status.abort
+            && status.phase == "Degraded"
+            && status.stable_rs == v1
+            && sets.get(&v1) == Some(&(4, 4))
+            && sets.get(&v2).is_some_and(|(replicas, _)| *replicas == 0))
+        .then_some(())
+    })
+    .await;
+    let degraded = world.run(&["status", "web", "--timeout", "60s"]);
+    assert!(
+        !degraded.status.success(),
+        "status exits non-zero on Degraded"
+    );
+    let stderr = String::from_utf8_lossy(&degraded.stderr);
+    assert!(stderr.contains("rollout 'web' is degraded"), "{stderr}");
+
+    // retry: the canary comes back from the first step.
+    assert_eq!(
+        world.ok(&["retry", "rollout", "web"]),
+        "rollout 'web' retried\n"
+    );
+    world.paused_at("web", 1, &[(&v1, 3), (&v2, 1)]).await;
+    assert!(!world.status("web").await.abort);
+
+    // promote --full: every remaining step skipped, v2 becomes stable.
+    assert_eq!(
+        world.ok(&["promote", "web", "--full"]),
+        "rollout 'web' fully promoted\n"
+    );
+    assert_eq!(world.healthy("web", 4).await, v2);
+    let done = world.ok(&["status", "web", "--timeout", "60s"]);
+    assert!(done.ends_with("Healthy\n"), "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_undo_drive_the_controller() {
+    let world = World::start("undo");
+    world
+        .sim
+        .create(NAMESPACE, rollout("shop", "app:v1"))
+        .expect("seed");
+    let v1 = world.healthy("shop", 4).await;
+
+    assert_eq!(world.ok(&["pause", "shop"]), "rollout 'shop' paused\n");
+    assert_eq!(world.rollout("shop").await.spec.paused, Some(true));
+    eventually("the controller to report the manual pause", async || {
+        let status = world.status("shop").await;
+        (status.phase == "Paused" && status.message == "manually paused").then_some(())
+    })
+    .await;
+    let once = world.ok(&["status", "shop", "--watch=false"]);
+    assert_eq!(once, "Paused - manually paused\n");
+
+    world.ok(&["set", "image", "shop", "app=app:v2"]);
+    let v2 = world.new_revision("shop", &v1).await;
+    // As in Argo, spec.paused holds the steps, not the first step's canary: once that pod is
+    // available, the step index still stays where it was.
+    eventually("the canary pod available while paused", async || {
+        let sets = world.replica_sets("shop").await;
+        (sets.get(&v2) == Some(&(1, 1))).then_some(())
+    })
+    .await;
+    let held = world.status("shop").await;
+    assert_eq!(
+        (held.current_step_index, held.phase.as_str()),
+        (Some(0), "Paused")
+    );
+    assert!(held.pause_conditions.is_empty(), "{held:?}");
+    assert_eq!(world.ok(&["resume", "shop"]), "rollout 'shop' resumed\n");
+    assert_eq!(world.rollout("shop").await.spec.paused, Some(false));
+    world.paused_at("shop", 1, &[(&v1, 3), (&v2, 1)]).await;
+    world.ok(&["promote", "shop", "--full"]);
+    assert_eq!(world.healthy("shop", 4).await, v2);
+
+    // undo: the template of revision 1 comes back, and the controller rolls out to it.
+    assert_eq!(
+        world.ok(&["undo", "shop"]),
+        "rollout 'shop' rolled back to revision 1\n"
+    );
+    let template = world
+        .rollout("shop")
+        .await
+        .spec
+        .template
+        .unwrap_or_default();
+    let image =
+        serde_json::to_value(&template).expect("JSON")["spec"]["containers"][0]["image"].clone();
+    assert_eq!(image, "app:v1");
+    assert_eq!(world.new_revision("shop", &v2).await, v1);
+    world.ok(&["promote", "shop", "--full"]);
+    assert_eq!(world.healthy("shop", 4).await, v1);
+}
+
+/// An HTTP stub on a loopback port answering every request with `body`; the request paths it
+/// received are kept in order.
+fn metric_stub(body: Value) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let seen = paths.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).is_err() {
+                continue;
+            }
+            // The headers end at a blank line; a GET has no body to read.
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                header.clear();
+            }
+            if let Some(path) = request_line.split_whitespace().nth(1) {
+                seen.lock().expect("paths").push(path.to_string());
+            }
+            let text = body.to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            );
+        }
+    });
+    (url, paths)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_analysisrun_starts_a_run_the_controller_measures() {
+    let world = World::start("create-run");
+    let (stub, paths) = metric_stub(json!({"rate": 0.99}));
+    world
+        .sim
+        .create(
+            NAMESPACE,
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "AnalysisTemplate",
+                "metadata": {"name": "success-rate", "namespace": NAMESPACE,
+                             "labels": {"team": "checkout"}},
+                "spec": {
+                    "args": [{"name": "service"}, {"name": "threshold", "value": "0.95"}],
+                    "metrics": [{
+                        "name": "success-rate",
+                        "interval": "1s",
+                        "count": 2,
+                        "successCondition": "result >= {{args.threshold}}",
+                        "provider": {"web": {
+                            "url": format!("{stub}/rate/{{{{args.service}}}}"),
+                            "jsonPath": "{$.rate}"
+                        }}
+                    }]
+                }
+            }),
+        )
+        .expect("seed the template");
+
+    let missing = world.run(&["create", "analysisrun", "--from", "success-rate"]);
+    assert!(!missing.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr),
+        "error: analysistemplate \"success-rate\": argument \"service\" must be given a value (fix: pass -a service=VALUE)\n"
+    );
+    let unknown = world.run(&[
+        "create",
+        "analysisrun",
+        "--from",
+        "success-rate",
+        "-a",
+        "service=x",
+        "-a",
+        "colour=red",
+    ]);
+    assert!(!unknown.status.success());
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("has no argument \"colour\""),
+        "{}",
+        String::from_utf8_lossy(&unknown.stderr)
+    );
+
+    let created = world.ok(&[
+        "create",
+        "analysisrun",
+        "--from",
+        "success-rate",
+        "-a",
+        "service=checkout",
+    ]);
+    let name = created
+        .strip_prefix("analysisrun.argoproj.io/")
+        .and_then(|rest| rest.strip_suffix(" created\n"))
+        .unwrap_or_else(|| panic!("unexpected output: {created}"))
+        .to_string();
+    assert!(name.starts_with("success-rate-"), "{name}");
+
+    let runs: Api<AnalysisRun> = Api::namespaced(world.client.clone(), NAMESPACE);
+    let run = runs.get(&name).await.expect("the run exists");
+    assert_eq!(
+        run.labels().get("team").map(String::as_str),
+        Some("checkout")
+    );
+    assert_eq!(run.spec.args[0].value.as_deref(), Some("checkout"));
+    let finished = eventually(
+        "the controller to measure the run to Successful",
+        async || {
+            let run = runs.get(&name).await.ok()?;
+            let status = run.status?;
+            (status.phase == AnalysisPhase::Successful).then_some(status)
+        },
+    )
+    .await;
+    let result = &finished.metric_results[0];
+    assert_eq!(result.successful, 2, "{result:?}");
+    let paths = paths.lock().expect("paths").clone();
+    assert!(
+        paths.len() >= 2 && paths.iter().all(|path| path == "/rate/checkout"),
+        "the argument is put into the URL of every measurement: {paths:?}"
+    );
+
+    let named = world.ok(&[
+        "create",
+        "analysisrun",
+        "--from",
+        "success-rate",
+        "-a",
+        "service=checkout",
+        "--name",
+        "by-hand",
+    ]);
+    assert_eq!(named, "analysisrun.argoproj.io/by-hand created\n");
+
+    // A template in a local file, composing the one in the cluster.
+    let file = world.dir.join("composed.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: argoproj.io/v1alpha1\nkind: AnalysisTemplate\nmetadata:\n  name: composed\nspec:\n  templates:\n  - templateName: success-rate\n",
+    )
+    .expect("write the template file");
+    let from_file = world.ok(&[
+        "create",
+        "analysisrun",
+        "--from-file",
+        &file.to_string_lossy(),
+        "-a",
+        "service=checkout",
+        "--generate-name",
+        "composed-by-hand-",
+    ]);
+    let composed_name = from_file
+        .strip_prefix("analysisrun.argoproj.io/")
+        .and_then(|rest| rest.strip_suffix(" created\n"))
+        .unwrap_or_else(|| panic!("unexpected output: {from_file}"));
+    assert!(
+        composed_name.starts_with("composed-by-hand-"),
+        "{composed_name}"
+    );
+    let composed = runs.get(composed_name).await.expect("the run exists");
+    let metrics: Vec<&str> = composed
+        .spec
+        .metrics
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    assert_eq!(metrics, ["success-rate"]);
+    assert_eq!(composed.spec.args.len(), 2);
+    let again = world.run(&[
+        "create",
+        "analysisrun",
+        "--from",
+        "success-rate",
+        "-a",
+        "service=checkout",
+        "--name",
+        "by-hand",
+    ]);
+    assert!(!again.status.success());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.starts_with("Error from server (AlreadyExists)") && stderr.contains("by-hand"),
+        "{stderr}"
+    );
+}
