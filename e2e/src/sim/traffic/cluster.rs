@@ -4,13 +4,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value};
 
 use super::{
     HEADER_ANNOTATION, HEADER_SHARE_ANNOTATION, RPS_ANNOTATION, SIM_ERROR_RATE, SIM_LATENCY_MS,
+    SIM_WARMUP_ERROR_RATE, SIM_WARMUP_SECONDS,
 };
-use crate::sim::meta::meta_str;
+use crate::sim::meta::{meta_str, parse_rfc3339};
 use crate::sim::registry::ResourceKey;
 use crate::sim::store::{EventType, ObjectKey, State, WatchEvent};
 
@@ -69,6 +71,20 @@ pub struct Pod {
     pub error_rate: f64,
     /// Latency of every request in seconds (`SIM_LATENCY_MS` of its first container).
     pub latency_seconds: f64,
+    /// Until when, and at which error rate, it answers while warming up (`SIM_WARMUP_SECONDS`
+    /// after its Ready condition's transition time, at `SIM_WARMUP_ERROR_RATE`).
+    pub warm_up: Option<(SystemTime, f64)>,
+}
+
+impl Pod {
+    /// The share of requests it answers 500 at `now`: the warm-up's rate until the warm-up
+    /// ends, then `SIM_ERROR_RATE`.
+    pub fn error_rate_at(&self, now: SystemTime) -> f64 {
+        match self.warm_up {
+            Some((until, rate)) if now < until => rate,
+            _ => self.error_rate,
+        }
+    }
 }
 
 /// A Service: which pods it selects and the load it asks for.
@@ -298,6 +314,45 @@ fn pod_of(obj: &Value, key: &ObjectKey) -> Pod {
             0.0
         }
     });
+    let warm_up_seconds = env(SIM_WARMUP_SECONDS).and_then(|v| match v.parse::<f64>() {
+        Ok(seconds) if seconds >= 0.0 && seconds.is_finite() => Some(seconds),
+        _ => {
+            eprintln!(
+                "kube-sim: pod {}/{}: env {SIM_WARMUP_SECONDS}={v:?} of its first container is not a non-negative number of seconds; \
+                 ignoring the warm-up (set e.g. \"10\")",
+                key.0, key.1
+            );
+            None
+        }
+    });
+    let warm_up_rate = env(SIM_WARMUP_ERROR_RATE).map_or(error_rate, |v| match v.parse::<f64>() {
+        Ok(rate) if (0.0..=1.0).contains(&rate) => rate,
+        _ => {
+            eprintln!(
+                "kube-sim: pod {}/{}: env {SIM_WARMUP_ERROR_RATE}={v:?} of its first container is not a number between 0 and 1; \
+                 using {SIM_ERROR_RATE} during the warm-up (set e.g. \"0.5\")",
+                key.0, key.1
+            );
+            error_rate
+        }
+    });
+    let ready_since = obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready" && c["status"] == "True")
+        .and_then(|c| parse_rfc3339(c["lastTransitionTime"].as_str()?));
+    // A warm-up too long for the clock to add is one that never ends.
+    let warm_up = match (ready_since, warm_up_seconds) {
+        (Some(since), Some(seconds)) => Some((
+            Duration::try_from_secs_f64(seconds)
+                .ok()
+                .and_then(|d| since.checked_add(d))
+                .unwrap_or(since + Duration::from_secs(100 * 365 * 86_400)),
+            warm_up_rate,
+        )),
+        _ => None,
+    };
     let latency_seconds = env(SIM_LATENCY_MS).map_or(0.0, |v| match v.parse::<f64>() {
         Ok(ms) if ms >= 0.0 && ms.is_finite() => ms / 1000.0,
         _ => {
@@ -315,6 +370,7 @@ fn pod_of(obj: &Value, key: &ObjectKey) -> Pod {
         ready,
         error_rate,
         latency_seconds,
+        warm_up,
     }
 }
 
@@ -369,5 +425,79 @@ fn service_of(obj: &Value, key: &ObjectKey) -> Service {
             header,
             header_share,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ready_pod(env: Value, ready_at: &str) -> Pod {
+        let obj = json!({
+            "metadata": {"namespace": "ns", "name": "web-1", "labels": {POD_TEMPLATE_HASH_LABEL: "abc"}},
+            "spec": {"containers": [{"name": "app", "env": env}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ready_at}]},
+        });
+        pod_of(&obj, &("ns".into(), "web-1".into()))
+    }
+
+    #[test]
+    fn a_warming_up_pod_errs_at_its_warm_up_rate_until_the_warm_up_ends() {
+        let pod = ready_pod(
+            json!([
+                {"name": SIM_ERROR_RATE, "value": "0.01"},
+                {"name": SIM_WARMUP_SECONDS, "value": "8"},
+                {"name": SIM_WARMUP_ERROR_RATE, "value": "0.5"},
+            ]),
+            "2026-01-01T00:00:10Z",
+        );
+        let ready = parse_rfc3339("2026-01-01T00:00:10Z").expect("a timestamp");
+        assert_eq!(pod.error_rate_at(ready + Duration::from_secs(1)), 0.5);
+        assert_eq!(pod.error_rate_at(ready + Duration::from_millis(7_900)), 0.5);
+        assert_eq!(pod.error_rate_at(ready + Duration::from_secs(8)), 0.01);
+        assert_eq!(pod.error_rate_at(ready + Duration::from_secs(60)), 0.01);
+    }
+
+    #[test]
+    fn without_a_warm_up_the_error_rate_never_changes() {
+        let at = parse_rfc3339("2026-01-01T00:00:10Z").expect("a timestamp");
+        let plain = ready_pod(
+            json!([{"name": SIM_ERROR_RATE, "value": "0.2"}]),
+            "2026-01-01T00:00:10Z",
+        );
+        assert_eq!(plain.warm_up, None);
+        assert_eq!(plain.error_rate_at(at), 0.2);
+        // A warm-up without its own rate keeps SIM_ERROR_RATE; a bad value is ignored.
+        let same_rate = ready_pod(
+            json!([{"name": SIM_ERROR_RATE, "value": "0.2"}, {"name": SIM_WARMUP_SECONDS, "value": "5"}]),
+            "2026-01-01T00:00:10Z",
+        );
+        assert_eq!(same_rate.error_rate_at(at), 0.2);
+        let bad = ready_pod(
+            json!([{"name": SIM_WARMUP_SECONDS, "value": "soon"}, {"name": SIM_WARMUP_ERROR_RATE, "value": "1"}]),
+            "2026-01-01T00:00:10Z",
+        );
+        assert_eq!(bad.warm_up, None);
+        let endless = ready_pod(
+            json!([{"name": SIM_WARMUP_SECONDS, "value": "1e300"}, {"name": SIM_WARMUP_ERROR_RATE, "value": "1"}]),
+            "2026-01-01T00:00:10Z",
+        );
+        assert_eq!(endless.error_rate_at(at + Duration::from_secs(86_400)), 1.0);
+    }
+
+    #[test]
+    fn an_unready_pod_has_not_started_its_warm_up() {
+        let obj = json!({
+            "metadata": {"namespace": "ns", "name": "web-1"},
+            "spec": {"containers": [{"name": "app", "env": [
+                {"name": SIM_WARMUP_SECONDS, "value": "8"},
+                {"name": SIM_WARMUP_ERROR_RATE, "value": "0.5"},
+            ]}]},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:10Z"}]},
+        });
+        let pod = pod_of(&obj, &("ns".into(), "web-1".into()));
+        assert!(!pod.ready);
+        assert_eq!(pod.warm_up, None);
     }
 }

@@ -5,7 +5,7 @@
 //! Everything is counted, not drawn at random, so a test knows the split exactly.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::cluster::Cluster;
 use super::metrics::Metrics;
@@ -177,7 +177,7 @@ fn deliver(
     let (Some(pod), Some(series)) = (cluster.pods.get(&pod_key), metrics.pod_mut(&pod_key)) else {
         return;
     };
-    series.record(pod.error_rate, pod.latency_seconds);
+    series.record(pod.error_rate_at(SystemTime::now()), pod.latency_seconds);
 }
 
 #[cfg(test)]

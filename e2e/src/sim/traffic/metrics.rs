@@ -37,15 +37,25 @@ pub struct PodSeries {
     /// Requests per latency bucket (not cumulative), the last one past every bound.
     buckets: [u64; BUCKETS.len() + 1],
     latency_sum: f64,
+    /// The error rate last recorded with, and the (requests, errors) counts when it took
+    /// effect: a new rate applies to the requests from then on, not to the pod's whole past.
+    rate: f64,
+    rate_since: (u64, u64),
 }
 
 impl PodSeries {
     /// Records one request and returns its response code. Errors are exactly
-    /// floor(requests x error_rate), so a run with a given count gives a given split.
+    /// floor(requests x error_rate), counted from when the rate last changed, so a run with
+    /// a given count gives a given split.
     pub fn record(&mut self, error_rate: f64, latency_seconds: f64) -> u16 {
-        let total = self.ok + self.errors + 1;
+        if error_rate != self.rate {
+            self.rate = error_rate;
+            self.rate_since = (self.requests(), self.errors);
+        }
+        let (base_requests, base_errors) = self.rate_since;
+        let total = self.ok + self.errors + 1 - base_requests;
         // The epsilon keeps 10 x 0.1 at 1 whatever the float rounding.
-        let errors_due = (total as f64 * error_rate + 1e-9).floor() as u64;
+        let errors_due = base_errors + (total as f64 * error_rate + 1e-9).floor() as u64;
         let code = if errors_due > self.errors {
             self.errors += 1;
             500
@@ -255,6 +265,17 @@ mod tests {
         assert_eq!((series.ok, series.errors), (7, 3));
         let mut healthy = PodSeries::default();
         assert!((0..100).all(|_| healthy.record(0.0, 0.0) == 200));
+    }
+
+    #[test]
+    fn a_new_error_rate_applies_from_when_it_changes() {
+        let mut series = PodSeries::default();
+        let warm_up: Vec<u16> = (0..10).map(|_| series.record(0.5, 0.0)).collect();
+        assert_eq!(warm_up.iter().filter(|c| **c == 500).count(), 5);
+        // Without a fresh count the 5 early errors would hide the next 490 requests' errors.
+        let after: Vec<u16> = (0..100).map(|_| series.record(0.1, 0.0)).collect();
+        assert_eq!(after.iter().filter(|c| **c == 500).count(), 10);
+        assert_eq!((series.ok, series.errors), (95, 15));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Traffic and metrics simulation: a load generator sends requests to Services through the
 //! router objects in the store (nginx canary Ingresses, Istio VirtualServices, Gateway API
 //! HTTPRoutes, or a Service's ready pods when no router points at it); each pod answers by its
-//! `SIM_ERROR_RATE` and `SIM_LATENCY_MS` and "serves" Prometheus metrics for what it received,
-//! on one loopback listener, with an optional file_sd target file for a real Prometheus.
+//! `SIM_ERROR_RATE` (or `SIM_WARMUP_ERROR_RATE` in its first `SIM_WARMUP_SECONDS`) and
+//! `SIM_LATENCY_MS` and "serves" Prometheus metrics for what it received, on one loopback
+//! listener, with an optional file_sd target file for a real Prometheus.
 //!
 //! It follows store events (no polling of lists) and makes requests on a tick. `prometheus`
 //! runs a real Prometheus against it for tests.
@@ -41,6 +42,11 @@ pub const HEADER_SHARE_ANNOTATION: &str = "sim.rollouts.dev/header-share";
 pub const SIM_ERROR_RATE: &str = "SIM_ERROR_RATE";
 /// First-container env var: latency in milliseconds a pod's requests observe.
 pub const SIM_LATENCY_MS: &str = "SIM_LATENCY_MS";
+/// First-container env var: for this many seconds after the pod became Ready it answers by
+/// `SIM_WARMUP_ERROR_RATE` instead of `SIM_ERROR_RATE` (a version that errs while warming up).
+pub const SIM_WARMUP_SECONDS: &str = "SIM_WARMUP_SECONDS";
+/// First-container env var: share (0..1) of requests answered 500 during the warm-up.
+pub const SIM_WARMUP_ERROR_RATE: &str = "SIM_WARMUP_ERROR_RATE";
 
 /// How the traffic simulation runs.
 #[derive(Debug, Clone)]
