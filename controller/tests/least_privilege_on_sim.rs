@@ -60,13 +60,6 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
     // Checked by the OwnerReferencesPermissionEnforcement admission plugin, not a request.
     ("argoproj.io", "rollouts/finalizers", "update"),
     ("argoproj.io", "analysisruns/finalizers", "update"),
-    // Required by e2e/tests/deploy_manifests.rs though the controller has no use for them.
-    ("argoproj.io", "experiments", "create"),
-    ("argoproj.io", "experiments/status", "patch"),
-    ("argoproj.io", "clusteranalysistemplates", "watch"),
-    ("apps", "deployments", "patch"),
-    ("", "events", "create"),
-    ("networking.k8s.io", "ingresses", "delete"),
 ];
 
 fn workspace_root() -> PathBuf {
@@ -1325,6 +1318,59 @@ async fn routed_canary(cluster: &Cluster, namespace: &str, router: Router) {
     assert_eq!(cluster.healthy(namespace, name, 5).await, v2);
 }
 
+/// A Rollout taking its pod template from a Deployment (`workloadRef`), scaled down
+/// progressively, with canary and stable metadata on its pods.
+async fn workload_ref(cluster: &Cluster, namespace: &str) {
+    let name = "referenced";
+    let template = |image: &str| {
+        json!({
+            "metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "image": image}]}
+        })
+    };
+    cluster
+        .create(
+            "deployments",
+            json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": template("app:v1")
+                }
+            }),
+        )
+        .await;
+    let mut rollout = rollout(
+        namespace,
+        name,
+        2,
+        json!({
+            "workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "scaleDown": "progressively"},
+            "strategy": {"canary": {
+                "canaryMetadata": {"labels": {"role": "canary"}},
+                "stableMetadata": {"labels": {"role": "stable"}},
+                "steps": []
+            }}
+        }),
+    );
+    if let Some(spec) = rollout["spec"].as_object_mut() {
+        spec.remove("template");
+    }
+    cluster.create("rollouts", rollout).await;
+    cluster.healthy(namespace, name, 2).await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(cluster.client.clone(), namespace);
+    cluster
+        .eventually("the referenced Deployment scaled down to 0", || async {
+            let deployment = deployments.get(name).await.expect("reads the Deployment");
+            (deployment.spec.and_then(|spec| spec.replicas) == Some(0)).then_some(())
+        })
+        .await;
+}
+
 /// Every scenario at once, each its own Rollout in `namespace`.
 async fn tour(cluster: &Cluster, namespace: &str, cluster_templates: bool) {
     let stub = WebStub::start().await;
@@ -1335,6 +1381,7 @@ async fn tour(cluster: &Cluster, namespace: &str, cluster_templates: bool) {
         routed_canary(cluster, namespace, Router::Nginx),
         routed_canary(cluster, namespace, Router::IstioSubsets),
         routed_canary(cluster, namespace, Router::GatewayApi),
+        workload_ref(cluster, namespace),
     );
 }
 

@@ -284,23 +284,20 @@ fn cluster_role_grants_what_the_controller_does_and_no_more() {
         ("argoproj.io", "analysisruns", "patch"),
         ("argoproj.io", "analysisruns/status", "patch"),
         ("argoproj.io", "analysistemplates", "get"),
-        ("argoproj.io", "experiments", "create"),
-        ("argoproj.io", "experiments/status", "patch"),
         ("apps", "replicasets", "create"),
         ("apps", "replicasets", "patch"),
         ("apps", "replicasets", "delete"),
+        ("apps", "deployments", "get"),
         ("apps", "deployments", "patch"),
         ("", "pods", "list"),
         ("", "pods/eviction", "create"),
         ("", "services", "patch"),
         ("", "secrets", "get"),
-        ("", "events", "create"),
         ("events.k8s.io", "events", "create"),
         ("events.k8s.io", "events", "patch"),
         ("batch", "jobs", "create"),
         ("batch", "jobs", "delete"),
         ("networking.k8s.io", "ingresses", "create"),
-        ("networking.k8s.io", "ingresses", "delete"),
         ("networking.istio.io", "virtualservices", "patch"),
         ("networking.istio.io", "destinationrules", "patch"),
         ("gateway.networking.k8s.io", "httproutes", "patch"),
@@ -340,7 +337,7 @@ fn cluster_role_grants_what_the_controller_does_and_no_more() {
         templates,
         "argoproj.io",
         "clusteranalysistemplates",
-        "watch"
+        "get"
     ));
     assert!(!allows(
         templates,

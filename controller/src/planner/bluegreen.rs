@@ -14,9 +14,9 @@ use rollouts_crds::FieldError;
 use rollouts_crds::analysis::AnalysisPhase;
 use rollouts_crds::conditions::*;
 use rollouts_crds::rollout::{
-    BlueGreenStrategy, DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, PodTemplateMetadata,
-    ROLLOUT_TYPE_POST_PROMOTION, ROLLOUT_TYPE_PRE_PROMOTION, Rollout, RolloutAnalysis,
-    RolloutAnalysisRunStatus, RolloutStatus, SCALE_DOWN_DEADLINE_ANNOTATION_KEY,
+    BlueGreenStrategy, DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, ROLLOUT_TYPE_POST_PROMOTION,
+    ROLLOUT_TYPE_PRE_PROMOTION, Rollout, RolloutAnalysis, RolloutAnalysisRunStatus, RolloutStatus,
+    SCALE_DOWN_DEADLINE_ANNOTATION_KEY,
 };
 
 use super::canary::{PauseDecisions, generation_string, invalid_spec, pause_expiry, phase_name};
@@ -1150,34 +1150,14 @@ impl<'a> BlueGreen<'a> {
     /// `activeMetadata` on the active revision's pods, `previewMetadata` on the new revision's
     /// until it is promoted, nothing injected on older revisions.
     fn replica_set_metadata(&self, next: &RolloutStatus) -> Vec<ReplicaSetMetadata> {
-        let active = self.blue_green.active_metadata.as_ref();
-        let preview = self.blue_green.preview_metadata.as_ref();
-        if active.is_none() && preview.is_none() {
-            return Vec::new();
-        }
-        let entry = |name: String, metadata: Option<&PodTemplateMetadata>| ReplicaSetMetadata {
-            name,
-            metadata: metadata.cloned(),
-        };
-        let promoted = next.stable_rs.is_empty() || next.stable_rs == self.current_hash;
-        let mut entries = vec![entry(
-            self.new_rs_name(),
-            if promoted { active } else { preview },
-        )];
-        if let Some(stable) = self.stable_rs
-            && !promoted
-        {
-            entries.push(entry(stable.name.clone(), active));
-        }
-        let listed: Vec<String> = entries.iter().map(|entry| entry.name.clone()).collect();
-        entries.extend(
-            self.observed
-                .replica_sets
-                .iter()
-                .filter(|rs| !listed.contains(&rs.name))
-                .map(|rs| entry(rs.name.clone(), None)),
-        );
-        entries
+        super::ephemeral_metadata(
+            self.blue_green.preview_metadata.as_ref(),
+            self.blue_green.active_metadata.as_ref(),
+            &self.new_rs_name(),
+            self.stable_rs.map(|rs| rs.name.as_str()),
+            next.stable_rs.is_empty() || next.stable_rs == self.current_hash,
+            self.observed,
+        )
     }
 }
 

@@ -256,6 +256,14 @@ impl<'a> Planner<'a> {
             plan.canary_weight = self.canary_weight();
             next.canary.weights = Some(self.weights(&next, plan.canary_weight));
         }
+        plan.replica_set_metadata = super::ephemeral_metadata(
+            self.canary.canary_metadata.as_ref(),
+            self.canary.stable_metadata.as_ref(),
+            &self.new_rs_name(),
+            self.stable_rs.map(|rs| rs.name.as_str()),
+            next.stable_rs.is_empty() || next.stable_rs == self.current_hash,
+            self.observed,
+        );
         self.requeue_for_progress_deadline(&next);
         plan.status_changed = Some(&next) != self.rollout.status.as_ref();
         plan.status = next;

@@ -202,6 +202,42 @@ pub struct ReplicaSetMetadata {
     pub metadata: Option<PodTemplateMetadata>,
 }
 
+/// Argo's ephemeral metadata: `new` (canary / preview metadata) on the new revision's pods
+/// until it is promoted, `stable` (stable / active metadata) on the stable revision's, and on
+/// the new revision's once it is stable; nothing injected on older revisions.
+pub(crate) fn ephemeral_metadata(
+    new: Option<&PodTemplateMetadata>,
+    stable: Option<&PodTemplateMetadata>,
+    new_rs_name: &str,
+    stable_rs_name: Option<&str>,
+    promoted: bool,
+    observed: &Observed,
+) -> Vec<ReplicaSetMetadata> {
+    if new.is_none() && stable.is_none() {
+        return Vec::new();
+    }
+    let entry = |name: &str, metadata: Option<&PodTemplateMetadata>| ReplicaSetMetadata {
+        name: name.to_string(),
+        metadata: metadata.cloned(),
+    };
+    let mut entries = vec![entry(new_rs_name, if promoted { stable } else { new })];
+    if let Some(stable_rs) = stable_rs_name
+        && !promoted
+        && stable_rs != new_rs_name
+    {
+        entries.push(entry(stable_rs, stable));
+    }
+    let listed: Vec<String> = entries.iter().map(|entry| entry.name.clone()).collect();
+    entries.extend(
+        observed
+            .replica_sets
+            .iter()
+            .filter(|rs| !listed.contains(&rs.name))
+            .map(|rs| entry(&rs.name, None)),
+    );
+    entries
+}
+
 /// Kubernetes event type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {

@@ -1,6 +1,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
-use rollouts_crds::rollout::{RolloutAnalysisTemplate, RolloutCondition};
+use rollouts_crds::rollout::{PodTemplateMetadata, RolloutAnalysisTemplate, RolloutCondition};
 
 use super::*;
 use crate::planner::{REVISION_ANNOTATION, plan};

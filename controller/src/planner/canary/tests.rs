@@ -1274,3 +1274,38 @@ fn status_shows_the_weight_the_pods_really_give() {
     let weights = world.status().canary.weights.clone().expect("weights");
     assert_eq!((weights.canary.weight, weights.stable.weight), (20, 80));
 }
+
+#[test]
+fn canary_and_stable_metadata_follow_the_revisions() {
+    let labels = |role: &str| rollouts_crds::rollout::PodTemplateMetadata {
+        labels: Some(BTreeMap::from([("role".to_string(), role.to_string())])),
+        annotations: None,
+    };
+    let (mut world, v1) = World::deployed(rollout(4, steps()).with_canary(|canary| {
+        canary.canary_metadata = Some(labels("canary"));
+        canary.stable_metadata = Some(labels("stable"));
+    }));
+    let metadata_of = |plan: &Plan, hash: &str| {
+        plan.replica_set_metadata
+            .iter()
+            .find(|entry| entry.name == format!("{NAME}-{hash}"))
+            .and_then(|entry| entry.metadata.clone())
+    };
+    assert_eq!(metadata_of(&world.plan(), &v1), Some(labels("stable")));
+    world.update_image("nginx:1.28");
+    world.settle();
+    let v2 = world.status().current_pod_hash.clone();
+    let plan = world.plan();
+    assert_eq!(metadata_of(&plan, &v2), Some(labels("canary")));
+    assert_eq!(metadata_of(&plan, &v1), Some(labels("stable")));
+    world.rollout.status.as_mut().expect("status").promote_full = true;
+    world.settle();
+    let plan = world.plan();
+    assert_eq!(world.status().stable_rs, v2);
+    assert_eq!(metadata_of(&plan, &v2), Some(labels("stable")));
+    assert_eq!(
+        metadata_of(&plan, &v1),
+        None,
+        "old revisions carry nothing injected"
+    );
+}
