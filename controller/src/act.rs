@@ -153,7 +153,8 @@ pub async fn apply(
         }
     }
     for run in &plan.create_analysis_runs {
-        create_analysis_run(&target, rollout, run, ctx).await?;
+        let revision = run_revision(plan, observed, &run.pod_template_hash);
+        create_analysis_run(&target, rollout, run, revision, ctx).await?;
     }
     for name in &plan.terminate_analysis_runs {
         let running = observed
@@ -808,10 +809,35 @@ fn service_field(rollout: &Rollout, service: &str) -> &'static str {
 
 /// Creates a step's AnalysisRun from its templates, with `Stable`/`Latest` hashes and field
 /// references resolved into argument values.
+/// The revision of the ReplicaSet a run analyses (the one this plan creates, revises, or an
+/// existing one), which Argo writes on the run so tools group runs under their revision.
+fn run_revision(plan: &Plan, observed: &Observed, hash: &str) -> Option<String> {
+    if let Some(new) = plan
+        .create_replica_set
+        .as_ref()
+        .filter(|new| new.pod_template_hash == hash)
+    {
+        return Some(new.revision.to_string());
+    }
+    let rs = observed
+        .replica_sets
+        .iter()
+        .find(|rs| rs.pod_template_hash == hash)?;
+    if let Some(revise) = plan
+        .revise_replica_set
+        .as_ref()
+        .filter(|revise| revise.name == rs.name)
+    {
+        return Some(revise.revision.to_string());
+    }
+    rs.annotations.get(REVISION_ANNOTATION).cloned()
+}
+
 async fn create_analysis_run(
     target: &Target,
     rollout: &Rollout,
     run: &AnalysisRunToCreate,
+    revision: Option<String>,
     ctx: &Context,
 ) -> Result<()> {
     let field = match run.rollout_type.as_str() {
@@ -867,7 +893,11 @@ async fn create_analysis_run(
     }
     analysis_run.metadata.namespace = Some(target.namespace.clone());
     analysis_run.metadata.labels = Some(labels);
-    analysis_run.metadata.annotations = metadata.annotations;
+    let mut annotations = metadata.annotations.unwrap_or_default();
+    if let Some(revision) = revision {
+        annotations.insert(REVISION_ANNOTATION.into(), revision);
+    }
+    analysis_run.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
     analysis_run.metadata.owner_references = Some(vec![target.owner.clone()]);
     let api: Api<AnalysisRun> = target.api(ctx);
     match api.create(&PostParams::default(), &analysis_run).await {

@@ -462,6 +462,13 @@ async fn a_good_metric_promotes_the_canary_past_its_analysis_step() {
     let run = &runs[0];
     assert_eq!(run.labels().get("rollouts-pod-template-hash"), Some(&v2));
     assert_eq!(
+        run.annotations()
+            .get("rollout.argoproj.io/revision")
+            .map(String::as_str),
+        Some("2"),
+        "the run names the revision it analyses, so tools group it under that revision"
+    );
+    assert_eq!(
         run.labels().get("step-index").map(String::as_str),
         Some("1")
     );
