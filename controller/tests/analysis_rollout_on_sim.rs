@@ -6,28 +6,29 @@
 //! `startingStep` aborts mid-rollout when the metric turns bad, and is terminated when an update
 //! completes; run history limits delete old runs. Each test has its own simulator, stand-in
 //! and controller, so they run in parallel.
-//! (The harness repeats the idea of the other `*_on_sim.rs` files: test files share no code.)
+
+mod support;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::PathBuf;
+use std::ops::Deref;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisTemplate, MetricResult};
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
-use rollouts_e2e::sim::{SimHandle, SimOptions};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
+use support::{NAMESPACE, Sim};
+
 const DEADLINE: Duration = Duration::from_secs(40);
-const NAMESPACE: &str = "default";
 /// The query of every test's AnalysisTemplate.
 const ERROR_RATE: &str = "sum(rate(http_requests_total{code=\"500\"}[1m]))";
 
@@ -69,25 +70,6 @@ impl Drop for FakePrometheus {
     }
 }
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("00");
-                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 async fn serve(listener: TcpListener, answers: Arc<Mutex<HashMap<String, VecDeque<String>>>>) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
@@ -95,27 +77,15 @@ async fn serve(listener: TcpListener, answers: Arc<Mutex<HashMap<String, VecDequ
         };
         let answers = answers.clone();
         tokio::spawn(async move {
-            let mut head = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => head.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let head = String::from_utf8_lossy(&head).into_owned();
+            let Some(head) = support::read_request_head(&mut stream).await else {
+                return;
+            };
             let target = head
                 .split("\r\n")
                 .next()
                 .and_then(|line| line.split(' ').nth(1))
                 .unwrap_or("/");
-            let params: BTreeMap<String, String> = target
-                .split_once('?')
-                .map_or("", |(_, q)| q)
-                .split('&')
-                .filter_map(|p| p.split_once('='))
-                .map(|(k, v)| (percent_decode(k), percent_decode(v)))
-                .collect();
+            let params = support::query_params(target);
             let query = params.get("query").cloned().unwrap_or_default();
             let time = params.get("time").cloned().unwrap_or_else(|| "0".into());
             let value = answers
@@ -129,76 +99,36 @@ async fn serve(listener: TcpListener, answers: Arc<Mutex<HashMap<String, VecDequ
                         values.front().cloned()
                     }
                 });
-            let (code, body) = match value {
-                Some(value) => (
-                    "200 OK",
-                    format!(
-                        r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[{time},"{value}"]}}]}}}}"#
-                    ),
-                ),
-                None => (
-                    "400 Bad Request",
-                    r#"{"status":"error","errorType":"bad_data","error":"unknown query"}"#
-                        .to_string(),
-                ),
-            };
-            let response = format!(
-                "HTTP/1.1 {code}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let response = support::prometheus_response(time, value);
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;
         });
     }
 }
 
-/// A directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "rollouts-analysis-rollout-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).expect("creates a temp dir");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// kube-sim with our CRDs, the Prometheus stand-in, and the controller binary using both.
 struct Harness {
-    _sim: SimHandle,
-    client: Client,
+    sim: Sim,
     prometheus: FakePrometheus,
     controller: Child,
-    dir: TempDir,
+}
+
+impl Deref for Harness {
+    type Target = Sim;
+
+    fn deref(&self) -> &Sim {
+        &self.sim
+    }
 }
 
 impl Harness {
     async fn start(name: &str) -> Self {
-        let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-        let sim = rollouts_e2e::sim::start(SimOptions {
-            crd_dirs: vec![crds],
-            pod_ready_after: Duration::from_millis(200),
-            ..SimOptions::default()
-        })
-        .expect("kube-sim starts on a loopback port");
-        let dir = TempDir::new(name);
-        let kubeconfig = dir.0.join("kubeconfig.yaml");
-        sim.write_kubeconfig(&kubeconfig)
-            .expect("writes the kubeconfig");
+        let sim = Sim::start_named("rollouts-analysis-rollout", name);
         let prometheus = FakePrometheus::start().await;
-        let log = std::fs::File::create(dir.0.join("controller.log")).expect("creates the log");
+        let log = std::fs::File::create(sim.dir.0.join("controller.log")).expect("creates the log");
         let controller = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
             .arg("--kubeconfig")
-            .arg(&kubeconfig)
+            .arg(&sim.kubeconfig)
             .args([
                 "--leader-elect=false",
                 "--metrics-addr",
@@ -218,19 +148,11 @@ impl Harness {
             .kill_on_drop(true)
             .spawn()
             .expect("starts rollouts-controller");
-        let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
-        let client = Client::try_from(config).expect("a client for kube-sim");
         Self {
-            _sim: sim,
-            client,
+            sim,
             prometheus,
             controller,
-            dir,
         }
-    }
-
-    fn rollouts(&self) -> Api<Rollout> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
     }
 
     fn runs(&self) -> Api<AnalysisRun> {
@@ -296,23 +218,14 @@ impl Harness {
     }
 
     async fn set_image(&self, image: &str) {
-        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}});
-        self.rollouts()
-            .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("changes the image");
+        self.sim.set_image("web", image).await;
     }
 
     /// `kubectl rollouts promote`: clears the pause conditions.
     async fn promote(&self) {
-        self.rollouts()
-            .patch_status(
-                "web",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"pauseConditions": null}})),
-            )
-            .await
-            .expect("patches status");
+        self.sim
+            .patch_status("web", json!({"pauseConditions": null}))
+            .await;
     }
 
     /// The Rollout's ReplicaSets by pod-template hash: (spec.replicas, availableReplicas).
@@ -395,23 +308,17 @@ impl Harness {
     }
 
     /// Polls `check` until it gives a value; fails after [`DEADLINE`] with the controller's log.
-    async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    async fn eventually<T, F, Fut>(&self, what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        loop {
-            if let Some(value) = check().await {
-                return value;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out after {DEADLINE:?} waiting for {what}; controller log:\n{}",
-                std::fs::read_to_string(self.dir.0.join("controller.log")).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let log = || {
+            let log =
+                std::fs::read_to_string(self.sim.dir.0.join("controller.log")).unwrap_or_default();
+            format!("; controller log:\n{log}")
+        };
+        support::eventually_with_log(DEADLINE, Duration::from_millis(100), what, log, check).await
     }
 }
 

@@ -5,8 +5,10 @@
 //! measurements and an Error run, and `terminate` stops a running run. A finished run is
 //! never measured or written again.
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::PathBuf;
+use std::ops::Deref;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,15 +22,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisRunStatus, MetricResult};
-use rollouts_e2e::sim::{SimHandle, SimOptions};
+use rollouts_e2e::sim::SimOptions;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
+use support::{NAMESPACE, Sim};
+
 const DEADLINE: Duration = Duration::from_secs(30);
-const NAMESPACE: &str = "default";
 
 /// How the stand-in answers one query.
 #[derive(Clone, Debug)]
@@ -112,25 +115,6 @@ impl Drop for FakePrometheus {
     }
 }
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("00");
-                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn next_value(answer: &mut Answer, time: i64) -> String {
     match answer {
         Answer::Values(values) if values.len() > 1 => values.pop_front().unwrap_or_default(),
@@ -157,27 +141,15 @@ async fn serve(
         let answers = answers.clone();
         let seen = seen.clone();
         tokio::spawn(async move {
-            let mut head = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => head.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let head = String::from_utf8_lossy(&head).into_owned();
+            let Some(head) = support::read_request_head(&mut stream).await else {
+                return;
+            };
             let mut lines = head.split("\r\n");
             let target = lines
                 .next()
                 .and_then(|l| l.split(' ').nth(1))
                 .unwrap_or("/");
-            let params: BTreeMap<String, String> = target
-                .split_once('?')
-                .map_or("", |(_, q)| q)
-                .split('&')
-                .filter_map(|p| p.split_once('='))
-                .map(|(k, v)| (percent_decode(k), percent_decode(v)))
-                .collect();
+            let params = support::query_params(target);
             let headers = lines
                 .filter_map(|l| l.split_once(':'))
                 .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
@@ -197,76 +169,45 @@ async fn serve(
                 time,
                 headers,
             });
-            let (code, body) = match value {
-                Some(value) => (
-                    "200 OK",
-                    format!(
-                        r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[{time},"{value}"]}}]}}}}"#
-                    ),
-                ),
-                None => (
-                    "400 Bad Request",
-                    r#"{"status":"error","errorType":"bad_data","error":"unknown query"}"#
-                        .to_string(),
-                ),
-            };
-            let response = format!(
-                "HTTP/1.1 {code}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let response = support::prometheus_response(time, value);
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;
         });
     }
 }
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "rollouts-analysisrun-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).expect("creates a temp dir");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// kube-sim with our CRDs, the controller binary pointed at it, and a default Prometheus.
 struct Harness {
-    sim: SimHandle,
-    client: kube::Client,
+    shared: Sim,
     prometheus: FakePrometheus,
     controller: Child,
-    dir: TempDir,
+}
+
+impl Deref for Harness {
+    type Target = Sim;
+
+    fn deref(&self) -> &Sim {
+        &self.shared
+    }
 }
 
 impl Harness {
     async fn start() -> Self {
-        let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-        let sim = rollouts_e2e::sim::start(SimOptions {
-            crd_dirs: vec![crds],
-            ..SimOptions::default()
-        })
-        .expect("kube-sim starts on a loopback port");
-        let dir = TempDir::new();
-        let kubeconfig = dir.0.join("kubeconfig.yaml");
-        sim.write_kubeconfig(&kubeconfig)
-            .expect("writes the kubeconfig");
+        // Tests have no names here: a counter keeps their temp dirs apart.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let sim = Sim::start_with(
+            "rollouts-analysisrun",
+            &NEXT.fetch_add(1, Ordering::Relaxed).to_string(),
+            SimOptions {
+                crd_dirs: vec![support::workspace_root().join("crds/yaml")],
+                ..SimOptions::default()
+            },
+        );
         let prometheus = FakePrometheus::start().await;
-        let log = std::fs::File::create(dir.0.join("controller.log")).expect("creates the log");
+        let log = std::fs::File::create(sim.dir.0.join("controller.log")).expect("creates the log");
         let controller = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
             .arg("--kubeconfig")
-            .arg(&kubeconfig)
+            .arg(&sim.kubeconfig)
             .args([
                 "--leader-elect=false",
                 "--metrics-addr",
@@ -284,14 +225,10 @@ impl Harness {
             .kill_on_drop(true)
             .spawn()
             .expect("starts rollouts-controller");
-        let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
-        let client = kube::Client::try_from(config).expect("a client for kube-sim");
         Self {
-            sim,
-            client,
+            shared: sim,
             prometheus,
             controller,
-            dir,
         }
     }
 

@@ -3,79 +3,41 @@
 //! switch and retry, fast rollbacks inside the scale-down delay, `previewReplicaCount`, pre- and
 //! post-promotion analysis (the test plays the AnalysisRun controller by setting the run's
 //! phase) and a controller killed during the preview. Each test has its own simulator and
-//! controller, so they run in parallel. The helpers repeat canary_on_sim.rs's on purpose: test
-//! files do not share a module.
+//! controller, so they run in parallel.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisTemplate};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun};
 use rollouts_crds::rollout::{Rollout, RolloutAnalysisRunStatus, RolloutStatus};
-use rollouts_e2e::sim::{SimHandle, SimOptions, start};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
+use support::{Controller, NAMESPACE, Sim, eventually};
 
 const DEADLINE: Duration = Duration::from_secs(40);
-const NAMESPACE: &str = "default";
 const REPLICAS: i32 = 3;
 /// The label the controller adds to pods and Service selectors.
 const HASH_LABEL: &str = "rollouts-pod-template-hash";
 /// The annotation that keeps an old ReplicaSet's pods until the time it holds.
 const SCALE_DOWN_DEADLINE: &str = "scale-down-deadline";
 
-/// A simulator with the project's CRDs, a kubeconfig for it and a client.
-struct Cluster {
-    _sim: SimHandle,
-    kubeconfig: PathBuf,
-    client: Client,
-    _dir: TempDir,
-}
+/// The shared simulator; this file adds its blue-green reads and waits.
+type Cluster = Sim;
 
 impl Cluster {
     fn start(name: &str) -> Self {
-        let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-        let sim = start(SimOptions {
-            crd_dirs: vec![crds],
-            pod_ready_after: Duration::from_millis(200),
-            ..SimOptions::default()
-        })
-        .expect("kube-sim starts on a loopback port");
-        let dir = TempDir::new(name);
-        let kubeconfig = dir.0.join("kubeconfig.yaml");
-        sim.write_kubeconfig(&kubeconfig)
-            .expect("writes the kubeconfig");
-        let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
-        let client = Client::try_from(config).expect("a client for a plain-HTTP server");
-        Self {
-            _sim: sim,
-            kubeconfig,
-            client,
-            _dir: dir,
-        }
+        Self::start_named("rollouts-bluegreen-on-sim", name)
     }
 
     fn controller(&self) -> Controller {
-        Controller::start(&self.kubeconfig)
-    }
-
-    fn rollouts(&self) -> Api<Rollout> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
-    }
-
-    fn services(&self) -> Api<Service> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
+        Controller::start(&self.kubeconfig, DEADLINE)
     }
 
     /// Creates `<app>-active` and `<app>-preview`, then the blue-green Rollout `app` of v1.
@@ -83,46 +45,12 @@ impl Cluster {
         for service in [active(app), preview(app)] {
             self.create_service(&service, app).await;
         }
-        self.rollouts()
-            .create(&PostParams::default(), &rollout(app, "app:v1", blue_green))
-            .await
-            .expect("creates the Rollout");
+        self.create_rollout(rollout(app, "app:v1", blue_green))
+            .await;
     }
 
     async fn rollout(&self, name: &str) -> Rollout {
         self.rollouts().get(name).await.expect("reads the Rollout")
-    }
-
-    async fn status(&self, name: &str) -> RolloutStatus {
-        self.rollout(name).await.status.unwrap_or_default()
-    }
-
-    /// The Rollout's ReplicaSets: name -> (spec.replicas, availableReplicas).
-    async fn replica_sets(&self, rollout: &str) -> BTreeMap<String, (i32, i32)> {
-        self.owned_replica_sets(rollout)
-            .await
-            .iter()
-            .map(|rs| {
-                let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-                let available = rs
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.available_replicas)
-                    .unwrap_or(0);
-                (rs.name_any(), (replicas, available))
-            })
-            .collect()
-    }
-
-    async fn owned_replica_sets(&self, rollout: &str) -> Vec<ReplicaSet> {
-        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), NAMESPACE);
-        api.list(&ListParams::default())
-            .await
-            .expect("lists ReplicaSets")
-            .items
-            .into_iter()
-            .filter(|rs| rs.owner_references().iter().any(|o| o.name == rollout))
-            .collect()
     }
 
     /// The `scale-down-deadline` annotation of ReplicaSet `name`, parsed.
@@ -155,14 +83,6 @@ impl Cluster {
             .collect()
     }
 
-    async fn set_image(&self, name: &str, image: &str) {
-        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}});
-        self.rollouts()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("changes the image");
-    }
-
     /// Sets a new image whose pods take a second to become ready, so a Service switched too
     /// early would be seen.
     async fn set_slow_image(&self, name: &str, image: &str) {
@@ -184,42 +104,17 @@ impl Cluster {
 
     /// Waits for a current revision other than `from` (empty: any); returns its hash.
     async fn update_seen(&self, name: &str, from: &str) -> String {
-        eventually(&format!("{name}'s new revision"), || async {
+        eventually(DEADLINE, &format!("{name}'s new revision"), || async {
             let hash = self.status(name).await.current_pod_hash;
             (!hash.is_empty() && hash != from).then_some(hash)
         })
         .await
     }
 
-    /// Patches status the way `kubectl rollouts` does (promote, abort).
-    async fn patch_status(&self, name: &str, status: Value) {
-        self.rollouts()
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await
-            .expect("patches status");
-    }
-
     /// `kubectl rollouts promote` of a paused blue-green Rollout.
     async fn promote(&self, name: &str) {
         self.patch_status(name, json!({"pauseConditions": null}))
             .await;
-    }
-
-    /// A Service selecting the pods of Rollout `app`.
-    async fn create_service(&self, name: &str, app: &str) {
-        let service: Service = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"selector": {"app": app}, "ports": [{"port": 80}]}
-        }))
-        .expect("a valid Service");
-        self.services()
-            .create(&PostParams::default(), &service)
-            .await
-            .expect("creates the Service");
     }
 
     /// The revision Service `name` selects, if it selects one.
@@ -236,15 +131,17 @@ impl Cluster {
 
     /// Waits until Service `name` selects the pods of revision `hash`.
     async fn selects(&self, name: &str, hash: &str) {
-        eventually(&format!("Service {name} selecting {hash}"), || async {
-            (self.selected(name).await.as_deref() == Some(hash)).then_some(())
-        })
+        eventually(
+            DEADLINE,
+            &format!("Service {name} selecting {hash}"),
+            || async { (self.selected(name).await.as_deref() == Some(hash)).then_some(()) },
+        )
         .await;
     }
 
     /// Waits until `hash` is promoted: Healthy, stable, active, every active pod available.
     async fn promoted(&self, name: &str, hash: &str) -> RolloutStatus {
-        let status = eventually(&format!("{name} Healthy on {hash}"), || async {
+        let status = eventually(DEADLINE, &format!("{name} Healthy on {hash}"), || async {
             let status = self.status(name).await;
             let done = status.phase == "Healthy"
                 && status.current_pod_hash == hash
@@ -262,7 +159,7 @@ impl Cluster {
     /// it only once a pod of it is available and the active Service only once all are.
     async fn switches_safely(&self, name: &str, hash: &str) -> RolloutStatus {
         let rs = format!("{name}-{hash}");
-        eventually(&format!("{name} switched to {hash}"), || async {
+        eventually(DEADLINE, &format!("{name} switched to {hash}"), || async {
             // Services first: pods seen afterwards are at least those they switched with.
             let active_on_new = self.selected(&active(name)).await.as_deref() == Some(hash);
             let preview_on_new = self.selected(&preview(name)).await.as_deref() == Some(hash);
@@ -298,6 +195,7 @@ impl Cluster {
             (format!("{name}-{new}"), (preview_pods, preview_pods)),
         ]);
         eventually(
+            DEADLINE,
             &format!("{name} paused in preview with {want:?}"),
             || async {
                 let status = self.status(name).await;
@@ -362,128 +260,6 @@ fn rollout(name: &str, image: &str, blue_green: Value) -> Rollout {
     .expect("a valid Rollout")
 }
 
-/// The controller binary, its JSON log lines collected as they arrive.
-struct Controller {
-    child: Child,
-    logs: Arc<Mutex<VecDeque<Value>>>,
-}
-
-impl Controller {
-    fn start(kubeconfig: &PathBuf) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--leader-elect=false", "--log-format", "json"])
-            .args(["--log-level", "info"])
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-            ])
-            .env_remove("RUST_LOG")
-            .env_remove("ROLLOUTS_NAMESPACE")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starts the controller");
-        let logs = Arc::new(Mutex::new(VecDeque::new()));
-        let stdout = child.stdout.take().expect("stdout");
-        let sink = logs.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                // Shown only when a test fails.
-                eprintln!("controller: {line}");
-                if let Ok(entry) = serde_json::from_str::<Value>(&line) {
-                    sink.lock().expect("logs").push_back(entry);
-                }
-            }
-        });
-        Self { child, logs }
-    }
-
-    /// `--metrics-addr` and `--health-addr` are the same (`127.0.0.1:0`), so one listener
-    /// serves /metrics too.
-    async fn metrics_addr(&self) -> SocketAddr {
-        eventually("the metrics address in the log", || async {
-            self.logs
-                .lock()
-                .expect("logs")
-                .iter()
-                .find(|entry| entry["message"] == "serving /healthz and /readyz")
-                .and_then(|entry| entry["addr"].as_str().and_then(|a| a.parse().ok()))
-        })
-        .await
-    }
-
-    /// How many reconciles of `name` have finished, from /metrics.
-    async fn reconciles(&self, name: &str) -> u64 {
-        let addr = self.metrics_addr().await;
-        let body = http_get(addr, "/metrics").await;
-        let series =
-            format!("rollout_reconcile_count{{namespace=\"{NAMESPACE}\",name=\"{name}\"}}");
-        body.lines()
-            .find_map(|line| line.strip_prefix(&series))
-            .and_then(|count| count.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// SIGKILL: no shutdown, no chance to finish anything.
-    async fn kill(mut self) {
-        self.child.kill().await.expect("kills the controller");
-    }
-}
-
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.expect("connects");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("writes");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("reads");
-    response
-}
-
-/// Polls `check` until it gives a value, failing after [`DEADLINE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "rollouts-bluegreen-on-sim-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).expect("creates temp dir");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test]
 async fn auto_promotion_switches_to_v2_and_scales_v1_down_after_the_delay() {
     let cluster = Cluster::start("auto");
@@ -508,12 +284,12 @@ async fn auto_promotion_switches_to_v2_and_scales_v1_down_after_the_delay() {
 
     // The old revision waits out scaleDownDelaySeconds with its pods, then goes to zero.
     let v1_rs = format!("web-{v1}");
-    let deadline = eventually("the scale-down deadline on v1", || async {
+    let deadline = eventually(DEADLINE, "the scale-down deadline on v1", || async {
         cluster.scale_down_deadline(&v1_rs).await
     })
     .await;
     let want = BTreeMap::from([(v1_rs.clone(), (0, 0)), (format!("web-{v2}"), (3, 3))]);
-    eventually("v1 scaled to zero", || async {
+    eventually(DEADLINE, "v1 scaled to zero", || async {
         (cluster.replica_sets("web").await == want).then_some(())
     })
     .await;
@@ -608,7 +384,7 @@ async fn abort_in_preview_keeps_active_on_v1_and_points_preview_at_stable() {
     cluster.selects(&preview("feed"), &v2).await;
 
     cluster.patch_status("feed", json!({"abort": true})).await;
-    let aborted = eventually("the abort", || async {
+    let aborted = eventually(DEADLINE, "the abort", || async {
         let status = cluster.status("feed").await;
         (status.abort && status.phase == "Degraded").then_some(status)
     })
@@ -627,7 +403,7 @@ async fn abort_in_preview_keeps_active_on_v1_and_points_preview_at_stable() {
         (format!("feed-{v1}"), (REPLICAS, REPLICAS)),
         (format!("feed-{v2}"), (0, 0)),
     ]);
-    eventually("v2 scaled down after the abort delay", || async {
+    eventually(DEADLINE, "v2 scaled down after the abort delay", || async {
         (cluster.replica_sets("feed").await == want).then_some(())
     })
     .await;
@@ -658,7 +434,7 @@ async fn a_rollback_within_the_scale_down_delay_switches_back_without_new_pods()
     let v2 = cluster.update("pay", "app:v2", &v1).await;
     cluster.promoted("pay", &v2).await;
     let v1_rs = format!("pay-{v1}");
-    eventually("the scale-down deadline on v1", || async {
+    eventually(DEADLINE, "the scale-down deadline on v1", || async {
         cluster.scale_down_deadline(&v1_rs).await
     })
     .await;
@@ -688,7 +464,7 @@ async fn a_rollback_within_the_scale_down_delay_switches_back_without_new_pods()
         "v1 is the newest revision"
     );
     let v2_rs = format!("pay-{v2}");
-    eventually("the scale-down deadline on v2", || async {
+    eventually(DEADLINE, "the scale-down deadline on v2", || async {
         cluster.scale_down_deadline(&v2_rs).await
     })
     .await;
@@ -727,7 +503,8 @@ async fn preview_replica_count_runs_one_pod_until_promotion_then_scales_up_befor
 /// An AnalysisTemplate whose metric errors at once (nothing listens on port 9) and measures
 /// again only after an hour, so the run stays Running until the test sets its phase.
 async fn create_template(cluster: &Cluster, name: &str) {
-    let template: AnalysisTemplate = serde_json::from_value(json!({
+    cluster
+        .create_template(json!({
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "AnalysisTemplate",
         "metadata": {"name": name, "namespace": NAMESPACE},
@@ -740,12 +517,8 @@ async fn create_template(cluster: &Cluster, name: &str) {
                 "provider": {"web": {"url": "http://127.0.0.1:9/errors?hash={{args.preview-hash}}"}}
             }]
         }
-    }))
-    .expect("a valid AnalysisTemplate");
-    Api::<AnalysisTemplate>::namespaced(cluster.client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &template)
-        .await
-        .expect("creates the AnalysisTemplate");
+        }))
+        .await;
 }
 
 /// `prePromotionAnalysis` or `postPromotionAnalysis` of the `smoke` template on the new hash.
@@ -803,14 +576,18 @@ async fn promotion_run(
 ) -> (String, RolloutStatus) {
     let runs: Api<AnalysisRun> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     let name = format!("{rollout}-{hash}-2-{}", promotion.suffix());
-    let run = eventually(&format!("AnalysisRun {name}, measured once"), || async {
-        let run = runs.get_opt(&name).await.ok()??;
-        let measured = run
-            .status
-            .as_ref()
-            .is_some_and(|s| s.phase == AnalysisPhase::Running);
-        measured.then_some(run)
-    })
+    let run = eventually(
+        DEADLINE,
+        &format!("AnalysisRun {name}, measured once"),
+        || async {
+            let run = runs.get_opt(&name).await.ok()??;
+            let measured = run
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase == AnalysisPhase::Running);
+            measured.then_some(run)
+        },
+    )
     .await;
     assert!(run.owner_references().iter().any(|o| o.name == rollout));
     let labels = run.labels();
@@ -823,25 +600,13 @@ async fn promotion_run(
         .find(|arg| arg.name == "preview-hash")
         .expect("the template's argument");
     assert_eq!(arg.value.as_deref(), Some(hash));
-    let status = eventually("the run recorded in status", || async {
+    let status = eventually(DEADLINE, "the run recorded in status", || async {
         let status = cluster.status(rollout).await;
         let pointer = promotion.pointer(&status)?;
         (pointer.name == name && pointer.status == "Running").then_some(status.clone())
     })
     .await;
     (name, status)
-}
-
-/// Plays the AnalysisRun controller: the run ends in `phase`.
-async fn finish_run(cluster: &Cluster, name: &str, phase: &str) {
-    Api::<AnalysisRun>::namespaced(cluster.client.clone(), NAMESPACE)
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": phase, "message": format!("run {phase}")}})),
-        )
-        .await
-        .expect("sets the run's phase");
 }
 
 #[tokio::test]
@@ -860,7 +625,7 @@ async fn a_successful_pre_promotion_analysis_lets_the_switch_happen() {
     assert_eq!(cluster.selected(&active("api")).await, Some(v1.clone()));
     cluster.selects(&preview("api"), &v2).await;
 
-    finish_run(&cluster, &run, "Successful").await;
+    cluster.finish_run(&run, "Successful").await;
     let status = cluster.promoted("api", &v2).await;
     let pointer = status
         .blue_green
@@ -886,8 +651,8 @@ async fn a_failed_pre_promotion_analysis_aborts_with_active_on_v1() {
     let (run, waiting) = promotion_run(&cluster, "mail", &v2, Promotion::Pre).await;
     assert_eq!(waiting.blue_green.active_selector, v1);
 
-    finish_run(&cluster, &run, "Failed").await;
-    let status = eventually("the automatic abort", || async {
+    cluster.finish_run(&run, "Failed").await;
+    let status = eventually(DEADLINE, "the automatic abort", || async {
         let status = cluster.status("mail").await;
         (status.abort && status.phase == "Degraded").then_some(status)
     })
@@ -929,7 +694,7 @@ async fn a_controller_killed_during_the_preview_pause_changes_nothing() {
     controller.kill().await;
 
     let restarted = cluster.controller();
-    eventually("a reconcile by the new controller", || async {
+    eventually(DEADLINE, "a reconcile by the new controller", || async {
         (restarted.reconciles("news").await >= 1).then_some(())
     })
     .await;
@@ -972,7 +737,7 @@ async fn flipping_back_and_forth_within_the_delay_never_waits_for_a_person() {
     cluster.promote("flip").await;
     cluster.promoted("flip", &v2).await;
     let v1_rs = format!("flip-{v1}");
-    eventually("the scale-down deadline on v1", || async {
+    eventually(DEADLINE, "the scale-down deadline on v1", || async {
         cluster.scale_down_deadline(&v1_rs).await
     })
     .await;
@@ -980,7 +745,7 @@ async fn flipping_back_and_forth_within_the_delay_never_waits_for_a_person() {
     cluster.update("flip", "app:v1", &v2).await;
     cluster.promoted("flip", &v1).await;
     let v2_rs = format!("flip-{v2}");
-    eventually("the scale-down deadline on v2", || async {
+    eventually(DEADLINE, "the scale-down deadline on v2", || async {
         cluster.scale_down_deadline(&v2_rs).await
     })
     .await;
@@ -1017,8 +782,8 @@ async fn a_failed_post_promotion_analysis_switches_active_back_to_v1() {
         Some(&(REPLICAS, REPLICAS))
     );
 
-    finish_run(&cluster, &run, "Failed").await;
-    let status = eventually("the automatic abort", || async {
+    cluster.finish_run(&run, "Failed").await;
+    let status = eventually(DEADLINE, "the automatic abort", || async {
         let status = cluster.status("blog").await;
         (status.abort && status.phase == "Degraded").then_some(status)
     })
@@ -1043,7 +808,7 @@ async fn a_successful_post_promotion_analysis_makes_v2_stable() {
     let (run, switched) = promotion_run(&cluster, "wiki", &v2, Promotion::Post).await;
     assert_eq!(switched.stable_rs, v1);
 
-    finish_run(&cluster, &run, "Successful").await;
+    cluster.finish_run(&run, "Successful").await;
     let status = cluster.promoted("wiki", &v2).await;
     let pointer = Promotion::Post
         .pointer(&status)

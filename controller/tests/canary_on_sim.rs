@@ -4,142 +4,43 @@
 //! (the test plays the AnalysisRun controller by setting the run's phase). Each test has its
 //! own simulator and controller, so they run in parallel.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use rollouts_crds::analysis::{AnalysisRun, AnalysisTemplate};
-use rollouts_crds::rollout::{Rollout, RolloutStatus};
-use rollouts_e2e::sim::{RequestRecord, SimHandle, SimOptions, start};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use rollouts_crds::analysis::AnalysisRun;
+use rollouts_crds::rollout::RolloutStatus;
+use rollouts_e2e::sim::RequestRecord;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
+use support::{Controller, NAMESPACE, Sim, canary_rollout as rollout, eventually};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-const NAMESPACE: &str = "default";
 /// The prefix of the controller's `User-Agent`, which tells its requests from the test's.
 const CONTROLLER_AGENT: &str = "rollouts-controller/";
 
-/// A simulator with the project's CRDs, a kubeconfig for it and a client.
-struct Cluster {
-    sim: SimHandle,
-    kubeconfig: PathBuf,
-    client: Client,
-    _dir: TempDir,
-}
+/// The shared simulator; this file adds its canary reads and waits.
+type Cluster = Sim;
 
 impl Cluster {
     fn start(name: &str) -> Self {
-        let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-        let sim = start(SimOptions {
-            crd_dirs: vec![crds],
-            pod_ready_after: Duration::from_millis(200),
-            ..SimOptions::default()
-        })
-        .expect("kube-sim starts on a loopback port");
-        let dir = TempDir::new(name);
-        let kubeconfig = dir.0.join("kubeconfig.yaml");
-        sim.write_kubeconfig(&kubeconfig)
-            .expect("writes the kubeconfig");
-        let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
-        let client = Client::try_from(config).expect("a client for a plain-HTTP server");
-        Self {
-            sim,
-            kubeconfig,
-            client,
-            _dir: dir,
-        }
+        Self::start_named("rollouts-canary-on-sim", name)
     }
 
     fn controller(&self) -> Controller {
-        Controller::start(&self.kubeconfig)
-    }
-
-    fn rollouts(&self) -> Api<Rollout> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
-    }
-
-    async fn create(&self, rollout: Rollout) {
-        self.rollouts()
-            .create(&PostParams::default(), &rollout)
-            .await
-            .expect("creates the Rollout");
-    }
-
-    async fn status(&self, name: &str) -> RolloutStatus {
-        self.rollouts()
-            .get(name)
-            .await
-            .expect("reads the Rollout")
-            .status
-            .unwrap_or_default()
-    }
-
-    /// The Rollout's ReplicaSets: name -> (spec.replicas, availableReplicas).
-    async fn replica_sets(&self, rollout: &str) -> BTreeMap<String, (i32, i32)> {
-        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), NAMESPACE);
-        let listed = api
-            .list(&ListParams::default())
-            .await
-            .expect("lists ReplicaSets");
-        listed
-            .items
-            .iter()
-            .filter(|rs| rs.owner_references().iter().any(|o| o.name == rollout))
-            .map(|rs| {
-                let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-                let available = rs
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.available_replicas)
-                    .unwrap_or(0);
-                (rs.name_any(), (replicas, available))
-            })
-            .collect()
-    }
-
-    async fn set_image(&self, name: &str, image: &str) {
-        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}});
-        self.rollouts()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("changes the image");
-    }
-
-    /// Patches status the way `kubectl rollouts` does (promote, abort, retry).
-    async fn patch_status(&self, name: &str, status: Value) {
-        self.rollouts()
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await
-            .expect("patches status");
+        Controller::start(&self.kubeconfig, DEADLINE)
     }
 
     /// Waits until the Rollout is Healthy on its current revision with every pod available;
     /// returns that revision's hash.
     async fn healthy(&self, name: &str, replicas: i32) -> String {
-        eventually(&format!("{name} Healthy"), || async {
-            let status = self.status(name).await;
-            let done = status.phase == "Healthy"
-                && !status.current_pod_hash.is_empty()
-                && status.stable_rs == status.current_pod_hash
-                && status.available_replicas == replicas
-                && status.replicas == replicas;
-            done.then_some(status.current_pod_hash)
-        })
-        .await
+        self.wait_healthy(DEADLINE, name, replicas)
+            .await
+            .current_pod_hash
     }
 
     /// Waits for a paused step at `index` with the ReplicaSets at `sizes` (hash -> replicas,
@@ -150,6 +51,7 @@ impl Cluster {
             .map(|(hash, n)| (format!("{name}-{hash}"), (*n, *n)))
             .collect();
         eventually(
+            DEADLINE,
             &format!("{name} paused at step {index} with {want:?}"),
             || async {
                 let status = self.status(name).await;
@@ -161,32 +63,23 @@ impl Cluster {
         .await
     }
 
-    /// A Service selecting the pods of Rollout `app`.
-    async fn create_service(&self, name: &str, app: &str) {
-        let service: Service = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"selector": {"app": app}, "ports": [{"port": 80}]}
-        }))
-        .expect("a valid Service");
-        Api::<Service>::namespaced(self.client.clone(), NAMESPACE)
-            .create(&PostParams::default(), &service)
-            .await
-            .expect("creates the Service");
-    }
-
     /// Waits until Service `name` selects the pods of revision `hash`.
     async fn selects(&self, name: &str, hash: &str) {
         let services: Api<Service> = Api::namespaced(self.client.clone(), NAMESPACE);
-        eventually(&format!("Service {name} selecting {hash}"), || async {
-            let service = services.get(name).await.ok()?;
-            let selector = service.spec?.selector?;
-            (selector
-                .get("rollouts-pod-template-hash")
-                .map(String::as_str)
-                == Some(hash)
-                && selector.contains_key("app"))
-            .then_some(())
-        })
+        eventually(
+            DEADLINE,
+            &format!("Service {name} selecting {hash}"),
+            || async {
+                let service = services.get(name).await.ok()?;
+                let selector = service.spec?.selector?;
+                (selector
+                    .get("rollouts-pod-template-hash")
+                    .map(String::as_str)
+                    == Some(hash)
+                    && selector.contains_key("app"))
+                .then_some(())
+            },
+        )
         .await;
     }
 
@@ -202,154 +95,15 @@ impl Cluster {
     }
 }
 
-/// A canary Rollout of `replicas` pods of `image` with the given steps.
-fn rollout(name: &str, replicas: i32, image: &str, steps: Value) -> Rollout {
-    serde_json::from_value(json!({
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Rollout",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": image}]}
-            },
-            "strategy": {"canary": {"steps": steps}}
-        }
-    }))
-    .expect("a valid Rollout")
-}
-
-/// The controller binary, its JSON log lines collected as they arrive.
-struct Controller {
-    child: Child,
-    logs: Arc<Mutex<VecDeque<Value>>>,
-}
-
-impl Controller {
-    fn start(kubeconfig: &PathBuf) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--leader-elect=false", "--log-format", "json"])
-            .args(["--log-level", "info"])
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-            ])
-            .env_remove("RUST_LOG")
-            .env_remove("ROLLOUTS_NAMESPACE")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starts the controller");
-        let logs = Arc::new(Mutex::new(VecDeque::new()));
-        let stdout = child.stdout.take().expect("stdout");
-        let sink = logs.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                // Shown only when a test fails.
-                eprintln!("controller: {line}");
-                if let Ok(entry) = serde_json::from_str::<Value>(&line) {
-                    sink.lock().expect("logs").push_back(entry);
-                }
-            }
-        });
-        Self { child, logs }
-    }
-
-    /// `--metrics-addr` and `--health-addr` are the same (`127.0.0.1:0`), so one listener
-    /// serves /metrics too.
-    async fn metrics_addr(&self) -> SocketAddr {
-        eventually("the metrics address in the log", || async {
-            self.logs
-                .lock()
-                .expect("logs")
-                .iter()
-                .find(|entry| entry["message"] == "serving /healthz and /readyz")
-                .and_then(|entry| entry["addr"].as_str().and_then(|a| a.parse().ok()))
-        })
-        .await
-    }
-
-    /// How many reconciles of `name` have finished, from /metrics.
-    async fn reconciles(&self, name: &str) -> u64 {
-        let addr = self.metrics_addr().await;
-        let body = http_get(addr, "/metrics").await;
-        let series =
-            format!("rollout_reconcile_count{{namespace=\"{NAMESPACE}\",name=\"{name}\"}}");
-        body.lines()
-            .find_map(|line| line.strip_prefix(&series))
-            .and_then(|count| count.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// SIGKILL: no shutdown, no chance to finish anything.
-    async fn kill(mut self) {
-        self.child.kill().await.expect("kills the controller");
-    }
-}
-
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.expect("connects");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("writes");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("reads");
-    response
-}
-
-/// Polls `check` until it gives a value, failing after [`DEADLINE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "rollouts-canary-on-sim-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).expect("creates temp dir");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test]
 async fn a_four_step_canary_moves_from_v1_to_v2_with_a_promote() {
     let cluster = Cluster::start("steps");
     let _controller = cluster.controller();
     let steps =
         json!([{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {"duration": "2s"}}]);
-    cluster.create(rollout("web", 4, "app:v1", steps)).await;
+    cluster
+        .create_rollout(rollout("web", 4, "app:v1", steps))
+        .await;
     let v1 = cluster.healthy("web", 4).await;
     assert_eq!(
         cluster.replica_sets("web").await,
@@ -358,7 +112,7 @@ async fn a_four_step_canary_moves_from_v1_to_v2_with_a_promote() {
 
     let before = cluster.controller_writes().len();
     cluster.set_image("web", "app:v2").await;
-    let status = eventually("the v2 hash", || async {
+    let status = eventually(DEADLINE, "the v2 hash", || async {
         let status = cluster.status("web").await;
         (status.current_pod_hash != v1).then_some(status)
     })
@@ -411,11 +165,11 @@ async fn abort_returns_to_stable_and_retry_resumes() {
         canary.stable_service = Some("shop-stable".into());
         canary.canary_service = Some("shop-canary".into());
     }
-    cluster.create(shop).await;
+    cluster.create_rollout(shop).await;
     let v1 = cluster.healthy("shop", 4).await;
     cluster.selects("shop-stable", &v1).await;
     cluster.set_image("shop", "app:v2").await;
-    let v2 = eventually("the v2 hash", || async {
+    let v2 = eventually(DEADLINE, "the v2 hash", || async {
         let hash = cluster.status("shop").await.current_pod_hash;
         (hash != v1).then_some(hash)
     })
@@ -425,7 +179,7 @@ async fn abort_returns_to_stable_and_retry_resumes() {
     cluster.selects("shop-stable", &v1).await;
 
     cluster.patch_status("shop", json!({"abort": true})).await;
-    let aborted = eventually("the abort back to stable", || async {
+    let aborted = eventually(DEADLINE, "the abort back to stable", || async {
         let status = cluster.status("shop").await;
         let sets = cluster.replica_sets("shop").await;
         let back = sets.get(&format!("shop-{v1}")) == Some(&(4, 4))
@@ -458,10 +212,10 @@ async fn a_new_image_during_a_rollout_restarts_the_steps() {
     let steps = json!([{"setWeight": 25}, {"pause": {}}]);
     let mut cart = rollout("cart", 4, "app:v1", steps);
     cart.spec.revision_history_limit = Some(1);
-    cluster.create(cart).await;
+    cluster.create_rollout(cart).await;
     let v1 = cluster.healthy("cart", 4).await;
     cluster.set_image("cart", "app:v2").await;
-    let v2 = eventually("the v2 hash", || async {
+    let v2 = eventually(DEADLINE, "the v2 hash", || async {
         let hash = cluster.status("cart").await.current_pod_hash;
         (hash != v1).then_some(hash)
     })
@@ -469,7 +223,7 @@ async fn a_new_image_during_a_rollout_restarts_the_steps() {
     cluster.paused_at("cart", 1, &[(&v1, 3), (&v2, 1)]).await;
 
     cluster.set_image("cart", "app:v3").await;
-    let v3 = eventually("the v3 hash", || async {
+    let v3 = eventually(DEADLINE, "the v3 hash", || async {
         let hash = cluster.status("cart").await.current_pod_hash;
         (hash != v1 && hash != v2).then_some(hash)
     })
@@ -488,9 +242,11 @@ async fn a_new_image_during_a_rollout_restarts_the_steps() {
         (format!("cart-{v2}"), (0, 0)),
         (format!("cart-{v3}"), (4, 4)),
     ]);
-    eventually("the history trimmed to one old ReplicaSet", || async {
-        (cluster.replica_sets("cart").await == want).then_some(())
-    })
+    eventually(
+        DEADLINE,
+        "the history trimmed to one old ReplicaSet",
+        || async { (cluster.replica_sets("cart").await == want).then_some(()) },
+    )
     .await;
 }
 
@@ -499,10 +255,12 @@ async fn a_controller_killed_mid_rollout_resumes_without_repeating_a_step() {
     let cluster = Cluster::start("kill");
     let controller = cluster.controller();
     let steps = json!([{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {}}]);
-    cluster.create(rollout("pay", 4, "app:v1", steps)).await;
+    cluster
+        .create_rollout(rollout("pay", 4, "app:v1", steps))
+        .await;
     let v1 = cluster.healthy("pay", 4).await;
     cluster.set_image("pay", "app:v2").await;
-    let v2 = eventually("the v2 hash", || async {
+    let v2 = eventually(DEADLINE, "the v2 hash", || async {
         let hash = cluster.status("pay").await.current_pod_hash;
         (hash != v1).then_some(hash)
     })
@@ -512,7 +270,7 @@ async fn a_controller_killed_mid_rollout_resumes_without_repeating_a_step() {
     controller.kill().await;
 
     let restarted = cluster.controller();
-    eventually("a reconcile by the new controller", || async {
+    eventually(DEADLINE, "a reconcile by the new controller", || async {
         (restarted.reconciles("pay").await >= 1).then_some(())
     })
     .await;
@@ -565,7 +323,7 @@ async fn a_canary_that_never_becomes_ready_exceeds_the_progress_deadline() {
     let steps = json!([{"setWeight": 50}, {"pause": {}}]);
     let mut stuck = rollout("stuck", 2, "app:v1", steps);
     stuck.spec.progress_deadline_seconds = Some(3);
-    cluster.create(stuck).await;
+    cluster.create_rollout(stuck).await;
     cluster.healthy("stuck", 2).await;
 
     let patch = json!({"spec": {"template": {
@@ -577,7 +335,7 @@ async fn a_canary_that_never_becomes_ready_exceeds_the_progress_deadline() {
         .patch("stuck", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("changes the template");
-    let status = eventually("ProgressDeadlineExceeded", || async {
+    let status = eventually(DEADLINE, "ProgressDeadlineExceeded", || async {
         let status = cluster.status("stuck").await;
         let timed_out = status
             .condition("Progressing")
@@ -594,8 +352,10 @@ async fn an_invalid_rollout_gets_invalid_spec_and_no_replica_set() {
     let cluster = Cluster::start("invalid");
     let _controller = cluster.controller();
     let steps = json!([{"setWeight": 150}]);
-    cluster.create(rollout("broken", 2, "app:v1", steps)).await;
-    let status = eventually("the InvalidSpec condition", || async {
+    cluster
+        .create_rollout(rollout("broken", 2, "app:v1", steps))
+        .await;
+    let status = eventually(DEADLINE, "the InvalidSpec condition", || async {
         let status = cluster.status("broken").await;
         status.condition("InvalidSpec").is_some().then_some(status)
     })
@@ -615,14 +375,16 @@ async fn a_healthy_rollout_is_reconciled_again_without_a_single_write() {
     let cluster = Cluster::start("idle");
     let controller = cluster.controller();
     let steps = json!([{"setWeight": 50}, {"pause": {}}]);
-    cluster.create(rollout("idle", 2, "app:v1", steps)).await;
+    cluster
+        .create_rollout(rollout("idle", 2, "app:v1", steps))
+        .await;
     cluster.healthy("idle", 2).await;
     controller.kill().await;
 
     // A new controller lists and reconciles everything it finds.
     cluster.sim.clear_requests();
     let restarted = cluster.controller();
-    eventually("a reconcile of the healthy Rollout", || async {
+    eventually(DEADLINE, "a reconcile of the healthy Rollout", || async {
         (restarted.reconciles("idle").await >= 1).then_some(())
     })
     .await;
@@ -645,7 +407,8 @@ async fn a_healthy_rollout_is_reconciled_again_without_a_single_write() {
 
 /// An AnalysisTemplate whose one metric needs the canary's hash.
 async fn create_template(cluster: &Cluster, name: &str) {
-    let template: AnalysisTemplate = serde_json::from_value(json!({
+    cluster
+        .create_template(json!({
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "AnalysisTemplate",
         "metadata": {"name": name, "namespace": NAMESPACE},
@@ -657,12 +420,8 @@ async fn create_template(cluster: &Cluster, name: &str) {
                 "provider": {"web": {"url": "http://127.0.0.1:9/errors?hash={{args.canary-hash}}"}}
             }]
         }
-    }))
-    .expect("a valid AnalysisTemplate");
-    Api::<AnalysisTemplate>::namespaced(cluster.client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &template)
-        .await
-        .expect("creates the AnalysisTemplate");
+        }))
+        .await;
 }
 
 /// Steps: 50%, then an analysis of the canary's hash.
@@ -679,7 +438,7 @@ fn analysed_steps() -> Value {
 /// Waits for the step run of `rollout` and checks how it was created; returns its name.
 async fn step_run(cluster: &Cluster, rollout: &str, hash: &str) -> String {
     let runs: Api<AnalysisRun> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let run = eventually("the step's AnalysisRun", || async {
+    let run = eventually(DEADLINE, "the step's AnalysisRun", || async {
         runs.list(&ListParams::default())
             .await
             .ok()?
@@ -704,48 +463,40 @@ async fn step_run(cluster: &Cluster, rollout: &str, hash: &str) -> String {
     run.name_any()
 }
 
-/// Plays the AnalysisRun controller: the run ends in `phase`.
-async fn finish_run(cluster: &Cluster, name: &str, phase: &str) {
-    Api::<AnalysisRun>::namespaced(cluster.client.clone(), NAMESPACE)
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": phase, "message": format!("run {phase}")}})),
-        )
-        .await
-        .expect("sets the run's phase");
-}
-
 #[tokio::test]
 async fn a_successful_step_analysis_lets_the_rollout_finish() {
     let cluster = Cluster::start("analysis-pass");
     let _controller = cluster.controller();
     create_template(&cluster, "error-rate").await;
     cluster
-        .create(rollout("search", 2, "app:v1", analysed_steps()))
+        .create_rollout(rollout("search", 2, "app:v1", analysed_steps()))
         .await;
     let v1 = cluster.healthy("search", 2).await;
     cluster.set_image("search", "app:v2").await;
-    let v2 = eventually("the v2 hash", || async {
+    let v2 = eventually(DEADLINE, "the v2 hash", || async {
         let hash = cluster.status("search").await.current_pod_hash;
         (hash != v1).then_some(hash)
     })
     .await;
     let run = step_run(&cluster, "search", &v2).await;
     // The run is created before the status that points at it is patched: wait for both.
-    eventually("the status pointing at the step's run", || async {
-        let status = cluster.status("search").await;
-        let pointer = status
-            .canary
-            .current_step_analysis_run_status
-            .as_ref()
-            .map(|pointer| pointer.name.clone());
-        (status.current_step_index == Some(1) && pointer.as_deref() == Some(run.as_str()))
-            .then_some(())
-    })
+    eventually(
+        DEADLINE,
+        "the status pointing at the step's run",
+        || async {
+            let status = cluster.status("search").await;
+            let pointer = status
+                .canary
+                .current_step_analysis_run_status
+                .as_ref()
+                .map(|pointer| pointer.name.clone());
+            (status.current_step_index == Some(1) && pointer.as_deref() == Some(run.as_str()))
+                .then_some(())
+        },
+    )
     .await;
 
-    finish_run(&cluster, &run, "Successful").await;
+    cluster.finish_run(&run, "Successful").await;
     assert_eq!(cluster.healthy("search", 2).await, v2);
 }
 
@@ -755,19 +506,19 @@ async fn a_failed_step_analysis_aborts_back_to_stable() {
     let _controller = cluster.controller();
     create_template(&cluster, "error-rate").await;
     cluster
-        .create(rollout("feed", 2, "app:v1", analysed_steps()))
+        .create_rollout(rollout("feed", 2, "app:v1", analysed_steps()))
         .await;
     let v1 = cluster.healthy("feed", 2).await;
     cluster.set_image("feed", "app:v2").await;
-    let v2 = eventually("the v2 hash", || async {
+    let v2 = eventually(DEADLINE, "the v2 hash", || async {
         let hash = cluster.status("feed").await.current_pod_hash;
         (hash != v1).then_some(hash)
     })
     .await;
     let run = step_run(&cluster, "feed", &v2).await;
 
-    finish_run(&cluster, &run, "Failed").await;
-    let status = eventually("the automatic rollback", || async {
+    cluster.finish_run(&run, "Failed").await;
+    let status = eventually(DEADLINE, "the automatic rollback", || async {
         let status = cluster.status("feed").await;
         let sets = cluster.replica_sets("feed").await;
         let back = sets.get(&format!("feed-{v1}")) == Some(&(2, 2))

@@ -10,10 +10,11 @@
 //! exception whose rule says why in a comment), and no rule may use a wildcard. Nothing here
 //! names a request: all of it is derived from the log, so a controller that reads differently
 //! (watch caches instead of lists) is judged the same way.
-//! (Helpers repeat the other `*_on_sim.rs` files' on purpose: test files share no code.)
+
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::ops::Deref;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,12 +28,14 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
 use rollouts_crds::analysis::AnalysisRun;
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
-use rollouts_e2e::sim::{RequestRecord, SimHandle, SimOptions, start};
+use rollouts_e2e::sim::{RequestRecord, SimHandle, SimOptions};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
+
+use support::{Sim, workspace_root};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 /// The prefix of the controller's `User-Agent`, which tells its requests from the test's.
@@ -61,13 +64,6 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
     ("argoproj.io", "rollouts/finalizers", "update"),
     ("argoproj.io", "analysisruns/finalizers", "update"),
 ];
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("controller/ sits in the workspace root")
-        .to_path_buf()
-}
 
 // ---------------------------------------------------------------------------------------------
 // The install: roles bound to the controller's ServiceAccount, and how its Deployment runs it.
@@ -608,26 +604,6 @@ async fn cluster_scoped_resources(client: &Client) -> BTreeSet<(String, String)>
 // The simulator, the controller process and a web metric stub.
 // ---------------------------------------------------------------------------------------------
 
-/// A directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "rollouts-least-privilege-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).expect("creates a temp dir");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A web metric endpoint on loopback: answers `{"errors": 0}` and keeps the Authorization
 /// headers it was sent.
 struct WebStub {
@@ -648,15 +624,9 @@ impl WebStub {
             while let Ok((mut stream, _)) = listener.accept().await {
                 let seen = seen.clone();
                 tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match stream.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let Some(head) = support::read_request_head(&mut stream).await else {
+                        return;
+                    };
                     if let Some(value) = head.lines().find_map(|line| {
                         let (name, value) = line.split_once(':')?;
                         name.eq_ignore_ascii_case("authorization")
@@ -688,36 +658,30 @@ impl Drop for WebStub {
     }
 }
 
-/// kube-sim with our CRDs and the routers', a kubeconfig and a client.
-struct Cluster {
-    sim: SimHandle,
-    kubeconfig: PathBuf,
-    client: Client,
-    dir: TempDir,
+/// The shared simulator, with our CRDs and the routers', plus this file's namespaced helpers.
+struct Cluster(Sim);
+
+impl Deref for Cluster {
+    type Target = Sim;
+
+    fn deref(&self) -> &Sim {
+        &self.0
+    }
 }
 
 impl Cluster {
     fn start(name: &str) -> Self {
         let root = workspace_root();
-        let sim = start(SimOptions {
-            crd_dirs: vec![root.join("crds/yaml"), root.join("e2e/crds")],
-            pod_ready_after: Duration::from_millis(200),
-            metrics_listen: None,
-            ..SimOptions::default()
-        })
-        .expect("kube-sim starts on a loopback port");
-        let dir = TempDir::new(name);
-        let kubeconfig = dir.0.join("kubeconfig.yaml");
-        sim.write_kubeconfig(&kubeconfig)
-            .expect("writes the kubeconfig");
-        let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
-        let client = Client::try_from(config).expect("a client for a plain-HTTP server");
-        Self {
-            sim,
-            kubeconfig,
-            client,
-            dir,
-        }
+        Self(Sim::start_with(
+            "rollouts-least-privilege",
+            name,
+            SimOptions {
+                crd_dirs: vec![root.join("crds/yaml"), root.join("e2e/crds")],
+                pod_ready_after: Duration::from_millis(200),
+                metrics_listen: None,
+                ..SimOptions::default()
+            },
+        ))
     }
 
     /// Creates `object` (its apiVersion, kind and metadata.namespace say where).
@@ -792,23 +756,17 @@ impl Cluster {
     }
 
     /// Polls `check` until it gives a value; fails after [`DEADLINE`] with the controller's log.
-    async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    async fn eventually<T, F, Fut>(&self, what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        loop {
-            if let Some(value) = check().await {
-                return value;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out after {DEADLINE:?} waiting for {what}; controller log:\n{}",
-                std::fs::read_to_string(self.dir.0.join("controller.log")).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let log = || {
+            let log =
+                std::fs::read_to_string(self.dir.0.join("controller.log")).unwrap_or_default();
+            format!("; controller log:\n{log}")
+        };
+        support::eventually_with_log(DEADLINE, Duration::from_millis(100), what, log, check).await
     }
 
     /// Waits until the Rollout is Healthy on its current revision with `replicas` available;

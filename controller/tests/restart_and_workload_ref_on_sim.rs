@@ -5,59 +5,49 @@
 //! pod anti-affinity term against the stable revision into the canary's ReplicaSet. Each test
 //! has its own simulator and controller, so they run in parallel.
 
+mod support;
+
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::ops::Deref;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
-use rollouts_e2e::sim::{SimHandle, SimOptions, start};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use support::{Controller, NAMESPACE, Sim, eventually};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 /// For what the controller may only see on its 30 s re-check (a Deployment's new template; a
 /// restart whose ReplicaSets stopped changing).
 const RECHECK_DEADLINE: Duration = Duration::from_secs(75);
-const NAMESPACE: &str = "default";
 const CONTROLLER_AGENT: &str = "rollouts-controller/";
 
-/// A simulator with the project's CRDs, the controller binary against it, and a client.
+/// The shared simulator with the controller binary running against it.
 struct Cluster {
-    sim: SimHandle,
-    client: Client,
-    _controller: Child,
-    _dir: TempDir,
+    shared: Sim,
+    _controller: Controller,
+}
+
+impl Deref for Cluster {
+    type Target = Sim;
+
+    fn deref(&self) -> &Sim {
+        &self.shared
+    }
 }
 
 impl Cluster {
     fn start(name: &str) -> Self {
-        let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-        let sim = start(SimOptions {
-            crd_dirs: vec![crds],
-            pod_ready_after: Duration::from_millis(200),
-            ..SimOptions::default()
-        })
-        .expect("kube-sim starts on a loopback port");
-        let dir = TempDir::new(name);
-        let kubeconfig = dir.0.join("kubeconfig.yaml");
-        sim.write_kubeconfig(&kubeconfig)
-            .expect("writes the kubeconfig");
-        let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
-        let client = Client::try_from(config).expect("a client for a plain-HTTP server");
-        let controller = start_controller(&kubeconfig);
+        let shared = Sim::start_named("rollouts-restart-workload-on-sim", name);
+        let controller = Controller::start(&shared.kubeconfig, DEADLINE);
         Self {
-            sim,
-            client,
+            shared,
             _controller: controller,
-            _dir: dir,
         }
     }
 
@@ -85,27 +75,9 @@ impl Cluster {
             .expect("creates the object");
     }
 
-    async fn status(&self, name: &str) -> RolloutStatus {
-        self.api::<Rollout>()
-            .get(name)
-            .await
-            .expect("reads the Rollout")
-            .status
-            .unwrap_or_default()
-    }
-
     /// Waits until the Rollout is Healthy with `replicas` pods available; returns its status.
     async fn healthy(&self, name: &str, replicas: i32) -> RolloutStatus {
-        eventually(&format!("{name} Healthy"), DEADLINE, || async {
-            let status = self.status(name).await;
-            let done = status.phase == "Healthy"
-                && !status.current_pod_hash.is_empty()
-                && status.stable_rs == status.current_pod_hash
-                && status.available_replicas == replicas
-                && status.replicas == replicas;
-            done.then_some(status)
-        })
-        .await
+        self.wait_healthy(DEADLINE, name, replicas).await
     }
 
     /// The pods of Rollout `app` that are not on their way out: name -> (created, ready).
@@ -157,19 +129,11 @@ impl Cluster {
         deployment.spec.and_then(|spec| spec.replicas).unwrap_or(1)
     }
 
-    async fn set_image(&self, name: &str, image: &str) {
-        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}});
-        self.api::<Rollout>()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("changes the image");
-    }
-
     /// Waits for a canary other than `previous` paused at its pause step; returns its hash.
     async fn paused_canary(&self, name: &str, previous: &str) -> String {
         eventually(
-            &format!("{name} paused on a new canary"),
             DEADLINE,
+            &format!("{name} paused on a new canary"),
             || async {
                 let status = self.status(name).await;
                 (status.current_pod_hash != previous && !status.pause_conditions.is_empty())
@@ -189,36 +153,6 @@ impl Cluster {
             .map(|r| r.name)
             .collect()
     }
-}
-
-fn start_controller(kubeconfig: &PathBuf) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--leader-elect=false", "--log-format", "json"])
-        .args(["--log-level", "info"])
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--health-addr",
-            "127.0.0.1:0",
-        ])
-        .env_remove("RUST_LOG")
-        .env_remove("ROLLOUTS_NAMESPACE")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("starts the controller");
-    let stdout = child.stdout.take().expect("stdout");
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            // Shown only when a test fails.
-            eprintln!("controller: {line}");
-        }
-    });
-    child
 }
 
 /// A canary Rollout of `replicas` pods labelled `app: <name>`.
@@ -315,7 +249,7 @@ async fn restart_at_restarts_every_pod_once_within_max_unavailable() {
 
     let fewest_ready = Cell::new(3);
     let (cluster_ref, before_ref, wanted) = (&cluster, &before, &next_second);
-    let after = eventually("every pod restarted", RECHECK_DEADLINE, || {
+    let after = eventually(RECHECK_DEADLINE, "every pod restarted", || {
         let (cluster, before, next_second, fewest) =
             (cluster_ref, before_ref, wanted, &fewest_ready);
         async move {
@@ -359,7 +293,7 @@ async fn workload_ref_rolls_out_the_deployments_template_and_scales_it_down_prog
         .replica_set(&format!("catalog-{}", status.current_pod_hash))
         .await;
     assert_eq!(image_of(&rs), "catalog:v1");
-    eventually("the Deployment scaled to 0", DEADLINE, || async {
+    eventually(DEADLINE, "the Deployment scaled to 0", || async {
         (cluster.deployment_replicas("catalog").await == 0).then_some(())
     })
     .await;
@@ -376,8 +310,8 @@ async fn workload_ref_rolls_out_the_deployments_template_and_scales_it_down_prog
         .expect("changes the Deployment's image");
     let v1 = status.current_pod_hash;
     let v2 = eventually(
-        "the Deployment's v2 rolled out",
         RECHECK_DEADLINE,
+        "the Deployment's v2 rolled out",
         || async {
             let status = cluster.status("catalog").await;
             let done = status.current_pod_hash != v1
@@ -409,7 +343,7 @@ async fn workload_ref_onsuccess_scales_down_once_healthy_and_never_leaves_it_alo
         .await;
     cluster.healthy("orders", 2).await;
     cluster.healthy("billing", 2).await;
-    eventually("orders' Deployment scaled to 0", DEADLINE, || async {
+    eventually(DEADLINE, "orders' Deployment scaled to 0", || async {
         (cluster.deployment_replicas("orders").await == 0).then_some(())
     })
     .await;
@@ -422,7 +356,7 @@ async fn a_missing_deployment_is_an_invalid_spec_and_nothing_is_created() {
     cluster
         .create::<Rollout>(referencing("ghost", 2, "onsuccess"))
         .await;
-    let status = eventually("the InvalidSpec condition", DEADLINE, || async {
+    let status = eventually(DEADLINE, "the InvalidSpec condition", || async {
         let status = cluster.status("ghost").await;
         status.condition("InvalidSpec").is_some().then_some(status)
     })
@@ -506,45 +440,6 @@ async fn anti_affinity_against_the_stable_revision_is_in_the_canary_replica_set(
     assert_eq!(hashes, BTreeSet::from([Some(v1)]));
 }
 
-/// Polls `check` until it gives a value, failing after `deadline`.
-async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "timed out after {deadline:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "rollouts-restart-workload-on-sim-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).expect("creates temp dir");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The revision the injected anti-affinity term of ReplicaSet `name` keeps its pods away from.
 async fn avoided(cluster: &Cluster, name: &str) -> Option<String> {
     let rs = cluster.replica_set(name).await;
@@ -588,7 +483,7 @@ async fn a_reused_canary_replica_set_avoids_the_current_stable() {
 
     // Back to v2: its ReplicaSet is reused and now keeps away from v3's pods.
     cluster.set_image("cart", "cart:v2").await;
-    eventually("v2's ReplicaSet avoiding v3", DEADLINE, || async {
+    eventually(DEADLINE, "v2's ReplicaSet avoiding v3", || async {
         (avoided(&cluster, &name).await.as_deref() == Some(v3.as_str())).then_some(())
     })
     .await;

@@ -2,6 +2,8 @@
 //! check, leader election, /readyz, the first writes for invalid and valid Rollouts, and the
 //! lease released on SIGTERM. (Full scenarios run against kube-sim in canary_on_sim.rs.)
 
+mod support;
+
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -20,9 +22,11 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rollouts_crds::rollout::{CanaryStep, Rollout};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
+
+use support::TempDir;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const LEASE_PATH: &str =
@@ -222,24 +226,6 @@ async fn answer(request: Request<Incoming>, state: &Mutex<ApiState>) -> Response
     }
 }
 
-/// A directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path =
-            std::env::temp_dir().join(format!("rollouts-controller-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&path).expect("creates temp dir");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The binary, its JSON log lines as they arrive.
 struct Controller {
     child: Child,
@@ -336,13 +322,10 @@ async fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// The status code of a GET.
 async fn http_get(addr: SocketAddr, path: &str) -> u16 {
-    let mut stream = TcpStream::connect(addr).await.expect("connects");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("writes");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("reads");
-    response
+    support::http_get(addr, path)
+        .await
         .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
@@ -361,7 +344,7 @@ fn rollout_json(rollout: Rollout) -> Value {
 #[tokio::test]
 async fn exits_with_the_fix_when_the_rollout_crd_is_missing() {
     let api = FakeApi::start(ApiState::default()).await;
-    let dir = TempDir::new("no-crd");
+    let dir = TempDir::new("rollouts-controller-no-crd");
     let mut controller = Controller::start(&api.kubeconfig(&dir), &[]);
     assert_eq!(controller.exit_code().await, 1);
     let mut stderr = String::new();
@@ -383,7 +366,7 @@ async fn exits_with_the_fix_when_the_rollout_crd_is_missing() {
 
 #[tokio::test]
 async fn a_missing_kubeconfig_is_named() {
-    let dir = TempDir::new("no-kubeconfig");
+    let dir = TempDir::new("rollouts-controller-no-kubeconfig");
     let mut controller = Controller::start(&dir.0.join("absent.yaml"), &[]);
     assert_eq!(controller.exit_code().await, 1);
     let mut stderr = String::new();
@@ -405,7 +388,7 @@ async fn leads_then_releases_the_lease_on_sigterm() {
         ..ApiState::default()
     })
     .await;
-    let dir = TempDir::new("lease");
+    let dir = TempDir::new("rollouts-controller-lease");
     let mut controller = Controller::start(&api.kubeconfig(&dir), &[]);
     let health = controller.health_addr().await;
     controller.log("became leader").await;
@@ -442,7 +425,7 @@ async fn a_follower_stands_by_ready_while_another_replica_holds_the_lease() {
         ..ApiState::default()
     })
     .await;
-    let dir = TempDir::new("follower");
+    let dir = TempDir::new("rollouts-controller-follower");
     let mut controller = Controller::start(&api.kubeconfig(&dir), &[]);
     let health = controller.health_addr().await;
     controller.log("waiting for the leader lease").await;
@@ -466,7 +449,7 @@ async fn an_invalid_rollout_gets_the_invalid_spec_condition_and_a_warning_event(
         ..ApiState::default()
     })
     .await;
-    let dir = TempDir::new("invalid");
+    let dir = TempDir::new("rollouts-controller-invalid");
     let mut controller = Controller::start(&api.kubeconfig(&dir), &["--leader-elect=false"]);
     let writes = eventually("status patch and event", || {
         let writes = api.writes();
@@ -524,7 +507,7 @@ async fn a_valid_rollout_gets_its_first_replica_set_and_a_status() {
         ..ApiState::default()
     })
     .await;
-    let dir = TempDir::new("valid");
+    let dir = TempDir::new("rollouts-controller-valid");
     let mut controller = Controller::start(&api.kubeconfig(&dir), &["--leader-elect=false"]);
     let (created, patch) = eventually("ReplicaSet creation and status patch", || {
         let writes = api.writes();
@@ -570,7 +553,7 @@ async fn a_follower_takes_over_when_the_leader_dies() {
         ..ApiState::default()
     })
     .await;
-    let dir = TempDir::new("takeover");
+    let dir = TempDir::new("rollouts-controller-takeover");
     let kubeconfig = api.kubeconfig(&dir);
     let mut leader = Controller::start(&kubeconfig, &["--lease-duration", "3s"]);
     leader.log("became leader").await;
@@ -596,7 +579,7 @@ async fn losing_the_lease_stops_the_controller_with_an_error() {
         ..ApiState::default()
     })
     .await;
-    let dir = TempDir::new("lost");
+    let dir = TempDir::new("rollouts-controller-lost");
     let mut controller = Controller::start(&api.kubeconfig(&dir), &["--lease-duration", "3s"]);
     controller.log("became leader").await;
     api.steal_lease("intruder");

@@ -3,32 +3,28 @@
 //! back from the router object at each step and verified in status, an out-of-band edit put back
 //! through the router watches, abort sending everything to the stable before the canary scales
 //! down, a header route added then removed, and a missing router object or CRD named in
-//! `InvalidSpec` with nothing running until it exists. Helpers duplicate canary_on_sim.rs's on
-//! purpose (each test file is its own crate).
+//! `InvalidSpec` with nothing running until it exists.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
+mod support;
+
+use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
-use rollouts_e2e::sim::{RequestRecord, SimHandle, SimOptions, start};
+use rollouts_e2e::sim::{RequestRecord, SimOptions};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
+use support::{Controller, NAMESPACE, Sim, eventually};
 
 const DEADLINE: Duration = Duration::from_secs(40);
 /// How soon an out-of-band edit must be put back.
 const CORRECTION_DEADLINE: Duration = Duration::from_secs(8);
-const NAMESPACE: &str = "default";
 const CONTROLLER_AGENT: &str = "rollouts-controller/";
 const REPLICAS: i32 = 5;
 
@@ -188,12 +184,16 @@ fn destination_rules() -> ApiResource {
     ApiResource::from_gvk_with_plural(&gvk, "destinationrules")
 }
 
-/// A simulator with the project's and the routers' CRDs, a kubeconfig and a client.
-struct Cluster {
-    sim: SimHandle,
-    kubeconfig: PathBuf,
-    client: Client,
-    _dir: TempDir,
+/// The shared simulator, with the project's and the routers' CRDs, plus this file's router
+/// reads and waits.
+struct Cluster(Sim);
+
+impl Deref for Cluster {
+    type Target = Sim;
+
+    fn deref(&self) -> &Sim {
+        &self.0
+    }
 }
 
 impl Cluster {
@@ -203,34 +203,21 @@ impl Cluster {
 
     /// A simulator with the CRDs of these directories (relative to the workspace root) only.
     fn with_crds(name: &str, dirs: &[&str]) -> Self {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let sim = start(SimOptions {
-            crd_dirs: dirs.iter().map(|dir| root.join(dir)).collect(),
-            pod_ready_after: Duration::from_millis(200),
-            metrics_listen: None,
-            ..SimOptions::default()
-        })
-        .expect("kube-sim starts on a loopback port");
-        let dir = TempDir::new(name);
-        let kubeconfig = dir.0.join("kubeconfig.yaml");
-        sim.write_kubeconfig(&kubeconfig)
-            .expect("writes the kubeconfig");
-        let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
-        let client = Client::try_from(config).expect("a client for a plain-HTTP server");
-        Self {
-            sim,
-            kubeconfig,
-            client,
-            _dir: dir,
-        }
+        let root = support::workspace_root();
+        Self(Sim::start_with(
+            "rollouts-traffic-on-sim",
+            name,
+            SimOptions {
+                crd_dirs: dirs.iter().map(|dir| root.join(dir)).collect(),
+                pod_ready_after: Duration::from_millis(200),
+                metrics_listen: None,
+                ..SimOptions::default()
+            },
+        ))
     }
 
     fn controller(&self) -> Controller {
-        Controller::start(&self.kubeconfig)
-    }
-
-    fn rollouts(&self) -> Api<Rollout> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
+        Controller::start(&self.kubeconfig, DEADLINE)
     }
 
     fn dynamic(&self, resource: &ApiResource) -> Api<DynamicObject> {
@@ -368,8 +355,8 @@ impl Cluster {
     /// Waits until the router holds `weight` and status records it, verified.
     async fn weight_verified(&self, router: Router, weight: i64) {
         eventually(
-            &format!("{router:?} holding canary weight {weight}, verified"),
             DEADLINE,
+            &format!("{router:?} holding canary weight {weight}, verified"),
             || async {
                 let status = self.status().await;
                 let recorded = status.canary.weights?;
@@ -385,12 +372,8 @@ impl Cluster {
 
     async fn set_image(&self, image: &str) -> String {
         let before = self.status().await.current_pod_hash;
-        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}});
-        self.rollouts()
-            .patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("changes the image");
-        eventually("the new revision's hash", DEADLINE, || async {
+        self.0.set_image("shop", image).await;
+        eventually(DEADLINE, "the new revision's hash", || async {
             let hash = self.status().await.current_pod_hash;
             (hash != before && !hash.is_empty()).then_some(hash)
         })
@@ -398,14 +381,7 @@ impl Cluster {
     }
 
     async fn patch_status(&self, status: Value) {
-        self.rollouts()
-            .patch_status(
-                "shop",
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await
-            .expect("patches status");
+        self.0.patch_status("shop", status).await;
     }
 
     async fn promote(&self) {
@@ -413,7 +389,7 @@ impl Cluster {
     }
 
     async fn paused_at(&self, index: i32) {
-        eventually(&format!("paused at step {index}"), DEADLINE, || async {
+        eventually(DEADLINE, &format!("paused at step {index}"), || async {
             let status = self.status().await;
             (status.current_step_index == Some(index) && !status.pause_conditions.is_empty())
                 .then_some(())
@@ -422,7 +398,7 @@ impl Cluster {
     }
 
     async fn healthy_on(&self, hash: &str) {
-        eventually(&format!("Healthy on {hash}"), DEADLINE, || async {
+        eventually(DEADLINE, &format!("Healthy on {hash}"), || async {
             let status = self.status().await;
             (status.phase == "Healthy"
                 && status.stable_rs == hash
@@ -459,7 +435,7 @@ impl Cluster {
 
     /// The message of the Rollout's `InvalidSpec` condition, once it has one.
     async fn invalid_spec(&self) -> String {
-        eventually("the InvalidSpec condition", DEADLINE, || async {
+        eventually(DEADLINE, "the InvalidSpec condition", || async {
             let status = self.status().await;
             status
                 .conditions
@@ -507,114 +483,6 @@ impl Cluster {
     }
 }
 
-/// The controller binary; its log goes to the test's stderr (shown when a test fails) and the
-/// address it serves /metrics on is kept.
-struct Controller {
-    child: Child,
-    metrics_addr: Arc<Mutex<Option<SocketAddr>>>,
-}
-
-impl Controller {
-    fn start(kubeconfig: &PathBuf) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--leader-elect=false", "--log-format", "json"])
-            .args(["--log-level", "info"])
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-            ])
-            .env_remove("RUST_LOG")
-            .env_remove("ROLLOUTS_NAMESPACE")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starts the controller");
-        let stdout = child.stdout.take().expect("stdout");
-        let metrics_addr = Arc::new(Mutex::new(None));
-        let sink = metrics_addr.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                eprintln!("controller: {line}");
-                // --metrics-addr and --health-addr are the same, so one listener serves both.
-                let entry: Value = serde_json::from_str(&line).unwrap_or_default();
-                if entry["message"] == "serving /healthz and /readyz"
-                    && let Some(addr) = entry["addr"].as_str().and_then(|a| a.parse().ok())
-                {
-                    *sink.lock().expect("address") = Some(addr);
-                }
-            }
-        });
-        Self {
-            child,
-            metrics_addr,
-        }
-    }
-
-    /// How many reconciles of the Rollout `shop` have finished, from /metrics.
-    async fn reconciles(&self) -> Option<u64> {
-        let addr = (*self.metrics_addr.lock().expect("address"))?;
-        let mut stream = TcpStream::connect(addr).await.ok()?;
-        let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await.ok()?;
-        let series = format!("rollout_reconcile_count{{namespace=\"{NAMESPACE}\",name=\"shop\"}}");
-        body.lines()
-            .find_map(|line| line.strip_prefix(&series))
-            .and_then(|count| count.trim().parse().ok())
-    }
-
-    /// SIGKILL: no shutdown, no chance to finish anything.
-    async fn kill(mut self) {
-        self.child.kill().await.expect("kills the controller");
-    }
-}
-
-/// Polls `check` until it gives a value, failing after `deadline`.
-async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "timed out after {deadline:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "rollouts-traffic-on-sim-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).expect("creates temp dir");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// setWeight 20, pause, setWeight 50, pause to a full promotion with the weights read back;
 /// an out-of-band edit put back; then a third revision aborted at 20, whose canary scales down
 /// only after the router sends it nothing.
@@ -624,7 +492,7 @@ async fn canary_through(router: Router, name: &str) {
     cluster.create_router_objects(router).await;
     let steps = json!([{"setWeight": 20}, {"pause": {}}, {"setWeight": 50}, {"pause": {}}]);
     cluster.create_rollout(router, steps).await;
-    let v1 = eventually("the first revision", DEADLINE, || async {
+    let v1 = eventually(DEADLINE, "the first revision", || async {
         let hash = cluster.status().await.current_pod_hash;
         (!hash.is_empty()).then_some(hash)
     })
@@ -659,8 +527,8 @@ async fn canary_through(router: Router, name: &str) {
         .await
         .expect("edits the weight out of band");
     eventually(
-        "the out-of-band weight put back to 20",
         CORRECTION_DEADLINE,
+        "the out-of-band weight put back to 20",
         || async { (cluster.router_weight(router).await == Some(20)).then_some(()) },
     )
     .await;
@@ -689,7 +557,7 @@ async fn canary_through(router: Router, name: &str) {
     cluster.weight_verified(router, 20).await;
     let before_abort = cluster.controller_writes().len();
     cluster.patch_status(json!({"abort": true})).await;
-    eventually("the aborted canary scaled to 0", DEADLINE, || async {
+    eventually(DEADLINE, "the aborted canary scaled to 0", || async {
         (cluster.replicas_of(&v3).await == Some(0)).then_some(())
     })
     .await;
@@ -743,7 +611,7 @@ async fn an_istio_header_route_is_added_for_the_step_and_removed_after_promotion
         {"pause": {}}
     ]);
     cluster.create_rollout(router, steps).await;
-    let v1 = eventually("the first revision", DEADLINE, || async {
+    let v1 = eventually(DEADLINE, "the first revision", || async {
         let hash = cluster.status().await.current_pod_hash;
         (!hash.is_empty()).then_some(hash)
     })
@@ -759,7 +627,7 @@ async fn an_istio_header_route_is_added_for_the_step_and_removed_after_promotion
     };
     let v2 = cluster.set_image("app:v2").await;
     cluster.paused_at(2).await;
-    let added = eventually("the header route", DEADLINE, || async {
+    let added = eventually(DEADLINE, "the header route", || async {
         header_route(cluster.router_object(router).await?)
     })
     .await;
@@ -772,7 +640,7 @@ async fn an_istio_header_route_is_added_for_the_step_and_removed_after_promotion
 
     cluster.promote().await;
     cluster.healthy_on(&v2).await;
-    eventually("the header route removed", DEADLINE, || async {
+    eventually(DEADLINE, "the header route removed", || async {
         let vs = cluster.router_object(router).await?;
         (header_route(vs.clone()).is_none() && primary_route(&vs).is_some()).then_some(())
     })
@@ -806,7 +674,7 @@ async fn a_missing_stable_ingress_is_named_and_nothing_runs_until_it_exists() {
     cluster.assert_nothing_runs().await;
 
     cluster.create_stable_ingress().await;
-    let hash = eventually("a revision once the Ingress exists", DEADLINE, || async {
+    let hash = eventually(DEADLINE, "a revision once the Ingress exists", || async {
         let hash = cluster.status().await.current_pod_hash;
         (!hash.is_empty()).then_some(hash)
     })
@@ -845,7 +713,7 @@ async fn at_rest(router: Router, name: &str) {
     cluster
         .create_rollout(router, json!([{"setWeight": 20}, {"pause": {}}]))
         .await;
-    let hash = eventually("the first revision", DEADLINE, || async {
+    let hash = eventually(DEADLINE, "the first revision", || async {
         let hash = cluster.status().await.current_pod_hash;
         (!hash.is_empty()).then_some(hash)
     })
@@ -856,8 +724,8 @@ async fn at_rest(router: Router, name: &str) {
 
     cluster.sim.clear_requests();
     let restarted = cluster.controller();
-    eventually("a reconcile of the healthy Rollout", DEADLINE, || async {
-        (restarted.reconciles().await? >= 1).then_some(())
+    eventually(DEADLINE, "a reconcile of the healthy Rollout", || async {
+        (restarted.try_reconciles("shop").await? >= 1).then_some(())
     })
     .await;
     let read_router = cluster.sim.requests().iter().any(|r| {

@@ -4,41 +4,43 @@
 //! with watch streams that end after every event and slow requests, creates one ReplicaSet per
 //! revision, never answered 409, and finishes its canary.
 
-use std::path::PathBuf;
-use std::process::Stdio;
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{reflector, watcher};
-use kube::{Client, ResourceExt};
 use rollouts_controller::context::{Context, Settings};
 use rollouts_controller::health::{Diagnostics, Leadership};
 use rollouts_controller::metrics::Metrics;
 use rollouts_controller::owned_cache::OwnedCaches;
 use rollouts_controller::reconcile::{CACHE_CATCH_UP, reconcile};
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
-use rollouts_e2e::sim::{Faults, RequestRecord, SimOptions, start};
-use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use rollouts_e2e::sim::{Faults, RequestRecord, SimOptions};
+use serde_json::json;
+use support::{Controller, ControllerLog, NAMESPACE, Sim, canary_rollout as rollout, eventually};
 
 const DEADLINE: Duration = Duration::from_secs(60);
-const NAMESPACE: &str = "default";
 /// The prefix of the controller's `User-Agent`, which tells its requests from the test's.
 const CONTROLLER_AGENT: &str = "rollouts-controller/";
+/// The prefix of this file's temp dirs.
+const TEMP_PREFIX: &str = "rollouts-watch-cache-on-sim";
 
 #[tokio::test]
 async fn a_reconcile_before_the_watch_shows_our_create_does_not_create_again() {
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-    let sim = start(SimOptions {
-        crd_dirs: vec![crds],
-        ..SimOptions::default()
-    })
-    .expect("kube-sim starts on a loopback port");
-    let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
-    let client = Client::try_from(config).expect("a client for a plain-HTTP server");
+    let cluster = Sim::start_with(
+        TEMP_PREFIX,
+        "reconcile-before-watch",
+        SimOptions {
+            crd_dirs: vec![support::workspace_root().join("crds/yaml")],
+            ..SimOptions::default()
+        },
+    );
+    let (sim, client) = (&cluster.sim, &cluster.client);
     let rollouts: Api<Rollout> = Api::namespaced(client.clone(), NAMESPACE);
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), NAMESPACE);
     let steps = json!([{"setWeight": 50}, {"pause": {}}]);
@@ -104,27 +106,25 @@ async fn a_reconcile_before_the_watch_shows_our_create_does_not_create_again() {
 
 #[tokio::test]
 async fn a_canary_with_lagging_watches_creates_each_replica_set_once() {
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-    let sim = start(SimOptions {
-        crd_dirs: vec![crds],
-        pod_ready_after: Duration::from_millis(200),
-        faults: Faults {
-            // Every watch is re-established after each event, and every request (the new
-            // watch included) waits first: the caches trail the writes by that much.
-            watch_cut_after: Some(1),
-            latency: Duration::from_millis(100),
-            ..Faults::default()
+    let cluster = Sim::start_with(
+        TEMP_PREFIX,
+        "lagging",
+        SimOptions {
+            crd_dirs: vec![support::workspace_root().join("crds/yaml")],
+            pod_ready_after: Duration::from_millis(200),
+            faults: Faults {
+                // Every watch is re-established after each event, and every request (the new
+                // watch included) waits first: the caches trail the writes by that much.
+                watch_cut_after: Some(1),
+                latency: Duration::from_millis(100),
+                ..Faults::default()
+            },
+            ..SimOptions::default()
         },
-        ..SimOptions::default()
-    })
-    .expect("kube-sim starts on a loopback port");
-    let dir = TempDir::new("lagging");
-    let kubeconfig = dir.0.join("kubeconfig.yaml");
-    sim.write_kubeconfig(&kubeconfig)
-        .expect("writes the kubeconfig");
-    let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
-    let client = Client::try_from(config).expect("a client for a plain-HTTP server");
-    let _controller = ControllerProcess::start(&kubeconfig);
+    );
+    let (sim, client) = (&cluster.sim, &cluster.client);
+    let _controller =
+        Controller::start_with(&cluster.kubeconfig, DEADLINE, ControllerLog::Discarded);
     let rollouts: Api<Rollout> = Api::namespaced(client.clone(), NAMESPACE);
 
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
@@ -136,12 +136,8 @@ async fn a_canary_with_lagging_watches_creates_each_replica_set_once() {
         .await
         .expect("creates the Rollout");
     let v1 = healthy(&rollouts, "cache", 2).await;
-    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "app:v2"}]}}}});
-    rollouts
-        .patch("cache", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("changes the image");
-    let v2 = eventually("v2 Healthy", || async {
+    cluster.set_image("cache", "app:v2").await;
+    let v2 = eventually(DEADLINE, "v2 Healthy", || async {
         let status = status_of(&rollouts, "cache").await?;
         (status.current_pod_hash != v1 && is_healthy(&status, 2)).then_some(status.current_pod_hash)
     })
@@ -181,25 +177,6 @@ async fn a_canary_with_lagging_watches_creates_each_replica_set_once() {
     );
 }
 
-/// A canary Rollout of `replicas` pods of `image` with the given steps.
-fn rollout(name: &str, replicas: i32, image: &str, steps: Value) -> Rollout {
-    serde_json::from_value(json!({
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Rollout",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": image}]}
-            },
-            "strategy": {"canary": {"steps": steps}}
-        }
-    }))
-    .expect("a valid Rollout")
-}
-
 async fn status_of(api: &Api<Rollout>, name: &str) -> Option<RolloutStatus> {
     api.get(name).await.ok()?.status
 }
@@ -215,76 +192,9 @@ fn is_healthy(status: &RolloutStatus, replicas: i32) -> bool {
 
 /// Waits until the Rollout is Healthy; returns its revision's hash.
 async fn healthy(api: &Api<Rollout>, name: &str, replicas: i32) -> String {
-    eventually(&format!("{name} Healthy"), || async {
+    eventually(DEADLINE, &format!("{name} Healthy"), || async {
         let status = status_of(api, name).await?;
         is_healthy(&status, replicas).then_some(status.current_pod_hash)
     })
     .await
-}
-
-/// Polls `check` until it gives a value, failing after [`DEADLINE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The controller binary; killed when dropped.
-struct ControllerProcess {
-    _child: Child,
-}
-
-impl ControllerProcess {
-    fn start(kubeconfig: &PathBuf) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--leader-elect=false", "--log-level", "info"])
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-            ])
-            .env_remove("RUST_LOG")
-            .env_remove("ROLLOUTS_NAMESPACE")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starts the controller");
-        Self { _child: child }
-    }
-}
-
-/// A directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "rollouts-watch-cache-on-sim-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).expect("creates temp dir");
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
