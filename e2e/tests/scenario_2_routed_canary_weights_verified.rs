@@ -56,14 +56,7 @@ fn a_routed_canary_gets_the_weights_it_asks_for(s: &Scenario, router: Router) {
 
     s.when().manifest("s2-rollout-routed.yaml", &rollout("2"));
     let then = s.then();
-    let canary = then.eventually(
-        "the new revision's pod hash",
-        Duration::from_secs(10),
-        |t| {
-            let hash = t.rollout().current_hash().to_string();
-            (hash != stable && !hash.is_empty()).then_some(hash)
-        },
-    );
+    let canary = then.new_revision(&stable, Duration::from_secs(10));
 
     for (pause_step, weight) in WEIGHT_STEPS {
         let since = then.eventually(

@@ -33,26 +33,11 @@ fn a_worse_release_is_rolled_back(s: &Scenario) {
     );
 
     let then = s.then();
-    let canary = then.eventually(
-        "the new revision's pod hash",
-        Duration::from_secs(10),
-        |t| {
-            let hash = t.rollout().current_hash().to_string();
-            (hash != stable && !hash.is_empty()).then_some(hash)
-        },
-    );
-    let run = then.eventually(
-        "the judge's AnalysisRun of the canary to finish",
+    let canary = then.new_revision(&stable, Duration::from_secs(10));
+    let run = then.finished_run(
+        "the judge's AnalysisRun of the canary",
+        &canary,
         Duration::from_secs(40),
-        |t| {
-            t.analysis_runs().into_iter().find(|run| {
-                run.hash() == canary
-                    && matches!(
-                        run.phase(),
-                        "Successful" | "Failed" | "Error" | "Inconclusive"
-                    )
-            })
-        },
     );
     let phases = run.measurement_phases("errors-vs-stable");
     then.holds(

@@ -45,14 +45,7 @@ fn warm_up_errors_do_not_roll_back(s: &Scenario) {
     );
 
     let then = s.then();
-    let canary = then.eventually(
-        "the new revision's pod hash",
-        Duration::from_secs(10),
-        |t| {
-            let hash = t.rollout().current_hash().to_string();
-            (hash != stable && !hash.is_empty()).then_some(hash)
-        },
-    );
+    let canary = then.new_revision(&stable, Duration::from_secs(10));
     // The analysis's own query, evaluated every second of the last minute: had it measured
     // during the warm-up, it would have failed.
     let worst_ratio = format!(
@@ -67,19 +60,7 @@ fn warm_up_errors_do_not_roll_back(s: &Scenario) {
             worst.first().is_some_and(|r| *r > 0.05).then_some(())
         },
     );
-    let run = then.eventually(
-        "the canary's AnalysisRun to finish",
-        Duration::from_secs(40),
-        |t| {
-            t.analysis_runs().into_iter().find(|run| {
-                run.hash() == canary
-                    && matches!(
-                        run.phase(),
-                        "Successful" | "Failed" | "Error" | "Inconclusive"
-                    )
-            })
-        },
-    );
+    let run = then.finished_run("the canary's AnalysisRun", &canary, Duration::from_secs(40));
     let phases = run.measurement_phases("canary-error-ratio");
     then.holds(
         run.phase() == "Successful" && phases == ["Successful"; 3],

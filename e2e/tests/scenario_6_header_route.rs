@@ -64,14 +64,7 @@ fn only_matching_requests_reach_the_canary(s: &Scenario, router: Router) {
     s.when()
         .manifest("s6-rollout-header-route.yaml", &rollout("2"));
     let then = s.then();
-    let canary = then.eventually(
-        "the new revision's pod hash",
-        Duration::from_secs(10),
-        |t| {
-            let hash = t.rollout().current_hash().to_string();
-            (hash != stable && !hash.is_empty()).then_some(hash)
-        },
-    );
+    let canary = then.new_revision(&stable, Duration::from_secs(10));
     let since = then.eventually(
         &format!(
             "the canary paused at step {PAUSE_STEP} with weight 0 and the {router:?} header \

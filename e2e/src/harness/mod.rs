@@ -630,6 +630,28 @@ impl<'a> Then<'a> {
         }
     }
 
+    /// Waits for the Rollout to move to a revision other than `stable`; returns its hash.
+    pub fn new_revision(&self, stable: &str, deadline: Duration) -> String {
+        self.eventually("the new revision's pod hash", deadline, |t| {
+            let hash = t.rollout().current_hash().to_string();
+            (hash != stable && !hash.is_empty()).then_some(hash)
+        })
+    }
+
+    /// Waits for an AnalysisRun of revision `hash` to end (Successful, Failed, Error or
+    /// Inconclusive) and returns it; `what` names the run in the failure message.
+    pub fn finished_run(&self, what: &str, hash: &str, deadline: Duration) -> AnalysisRunView {
+        self.eventually(&format!("{what} to finish"), deadline, |t| {
+            t.analysis_runs().into_iter().find(|run| {
+                run.hash() == hash
+                    && matches!(
+                        run.phase(),
+                        "Successful" | "Failed" | "Error" | "Inconclusive"
+                    )
+            })
+        })
+    }
+
     /// The Rollout as it is now.
     pub fn rollout(&self) -> RolloutView {
         RolloutView(self.read(&["rollout", &self.0.rollout]))
