@@ -48,6 +48,9 @@ use rollouts_e2e::sim::{RequestRecord, SimHandle, SimOptions, start};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
+mod support;
+use support::{cpu_seconds, memory};
+
 /// The prefix of the controller's `User-Agent`, which tells its requests from the benchmark's.
 const CONTROLLER_AGENT: &str = "rollouts-controller/";
 const LATENCY_SAMPLES: usize = 50;
@@ -652,55 +655,6 @@ impl ControllerProcess {
         let pid = child.id().expect("the controller has a pid");
         Self { _child: child, pid }
     }
-}
-
-/// Resident memory of a process, in MB (VmRSS now, VmHWM the peak).
-struct Memory {
-    rss_mb: u64,
-    hwm_mb: u64,
-}
-
-fn memory(pid: u32) -> Memory {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kb| kb.parse::<u64>().ok())
-            .map_or(0, |kb| kb / 1024)
-    };
-    Memory {
-        rss_mb: field("VmRSS:"),
-        hwm_mb: field("VmHWM:"),
-    }
-}
-
-/// CPU time (user + system) a process has used, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command name.
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
-        .sum();
-    ticks as f64 / clock_ticks_per_second()
-}
-
-/// `getconf CLK_TCK`, or 100 (the value on every Linux architecture in practice).
-fn clock_ticks_per_second() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 /// A directory removed when the benchmark ends.
