@@ -1,0 +1,87 @@
+//! What every AnalysisRun reconcile shares: the client, the event recorder, the providers (one
+//! Prometheus provider per address) and the per-run bookkeeping of failures and status writes.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use rollouts_analysis::provider::{JobProvider, PrometheusProvider, WebProvider};
+
+use super::AnalysisRunMetrics;
+use crate::context::CONTROLLER_NAME;
+
+/// Shared by every AnalysisRun reconcile: the client, events, providers and bookkeeping.
+pub struct AnalysisContext {
+    pub(super) client: Client,
+    pub(super) recorder: Recorder,
+    pub(super) metrics: AnalysisRunMetrics,
+    default_prometheus_address: Option<String>,
+    /// The provider every per-address one is cloned from: clones share its HTTP clients and
+    /// its coalescing of identical queries.
+    prometheus_base: PrometheusProvider,
+    /// One provider per Prometheus address, reused by every run that queries it.
+    prometheus: Mutex<HashMap<String, PrometheusProvider>>,
+    pub(super) web: WebProvider,
+    pub(super) job: JobProvider,
+    /// Consecutive failed reconciles per `namespace/name`, reset on success.
+    pub(super) failures: Mutex<HashMap<String, u32>>,
+    /// resourceVersion of our last status write per `namespace/name`, until a reconcile has
+    /// seen it: planning from a cached copy older than our write would measure twice.
+    pub(super) status_written: Mutex<HashMap<String, String>>,
+}
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl AnalysisContext {
+    /// Builds the providers; their HTTP clients are created once and shared by all runs.
+    pub fn new(
+        client: Client,
+        default_prometheus_address: Option<String>,
+        metrics: AnalysisRunMetrics,
+    ) -> Result<Self, String> {
+        let prometheus_base = PrometheusProvider::new()
+            .map_err(|e| format!("cannot build the Prometheus HTTP client: {e}"))?;
+        let web =
+            WebProvider::new().map_err(|e| format!("cannot build the Web HTTP client: {e}"))?;
+        let reporter = Reporter {
+            controller: CONTROLLER_NAME.to_string(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Ok(Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            job: JobProvider::new(client.clone()),
+            client,
+            metrics,
+            default_prometheus_address: default_prometheus_address.filter(|a| !a.is_empty()),
+            prometheus_base,
+            prometheus: Mutex::new(HashMap::new()),
+            web,
+            failures: Mutex::new(HashMap::new()),
+            status_written: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The provider for a Prometheus address (the flag's default when the metric sets none).
+    pub(super) fn prometheus_for(&self, address: Option<&str>) -> PrometheusProvider {
+        let address = address
+            .filter(|a| !a.is_empty())
+            .or(self.default_prometheus_address.as_deref())
+            .unwrap_or_default()
+            .to_string();
+        lock(&self.prometheus)
+            .entry(address.clone())
+            .or_insert_with(|| {
+                let provider = self.prometheus_base.clone();
+                if address.is_empty() {
+                    // Queries then end as Error measurements naming provider.prometheus.address.
+                    provider
+                } else {
+                    provider.with_default_address(address)
+                }
+            })
+            .clone()
+    }
+}

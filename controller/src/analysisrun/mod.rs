@@ -1,0 +1,181 @@
+//! The AnalysisRun reconciler: a `Controller` of its own beside the Rollout one, so a Rollout
+//! reconcile never waits on a metric provider. Each reconcile plans with the pure engine, takes
+//! the measurements that are due (Prometheus, Web, Job, baseline judge), concludes, writes
+//! `/status` only when it changed, publishes the engine's events and requeues exactly when the
+//! next measurement is due. A finished run is never measured or written again; it costs no API
+//! call at rest, except the one delete its `spec.ttlStrategy` asks for.
+//!
+//! Files by concern: `reconcile` (one reconcile, the error policy), `arguments` (fieldRef and
+//! secretKeyRef values), `measure` (providers), `status` (status writes, events), `ttl` (deleting
+//! finished runs), `context` (what reconciles share), `metrics` (counters). This file holds the
+//! errors, the options and the watch loop.
+
+mod arguments;
+mod context;
+mod measure;
+mod metrics;
+mod reconcile;
+mod status;
+mod ttl;
+
+#[cfg(test)]
+mod fixtures;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::watcher;
+use rollouts_crds::analysis::AnalysisRun;
+
+use crate::cli::Flags;
+
+pub use arguments::field_refs_resolved;
+pub use context::AnalysisContext;
+pub use measure::{ProviderKind, provider_kind};
+pub use metrics::AnalysisRunMetrics;
+pub use reconcile::{error_policy, next_look, reconcile};
+pub use status::status_patch;
+pub use ttl::ttl_expiry;
+
+/// Everything that can make an AnalysisRun reconcile fail and be retried with backoff.
+/// Provider failures are not here: they are Error measurements.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "AnalysisRun {0} has no namespace: AnalysisRuns are namespaced, recreate it in a namespace"
+    )]
+    MissingNamespace(String),
+
+    #[error("cannot read AnalysisRun {namespace}/{name}: {source}")]
+    GetRun {
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error(
+        "cannot read Secret {namespace}/{secret} for spec.args {argument:?} of AnalysisRun {namespace}/{run}: {source} (check that the controller may get secrets in {namespace})"
+    )]
+    ReadSecret {
+        namespace: String,
+        secret: String,
+        argument: String,
+        run: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error(
+        "cannot delete AnalysisRun {namespace}/{name} after its spec.ttlStrategy ran out: {source} (check that the controller may delete analysisruns)"
+    )]
+    DeleteRun {
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error("cannot encode the status of AnalysisRun {namespace}/{name}: {source}")]
+    EncodeStatus {
+        namespace: String,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("cannot write the status of AnalysisRun {namespace}/{name}: {source}")]
+    PatchStatus {
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+impl Error {
+    /// A short, stable name for the `error` label of metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::MissingNamespace(_) => "missing_namespace",
+            Error::GetRun { .. } => "get_analysis_run",
+            Error::ReadSecret { .. } => "read_secret",
+            Error::DeleteRun { .. } => "delete_analysis_run",
+            Error::EncodeStatus { .. } => "encode_status",
+            Error::PatchStatus { .. } => "patch_status",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What the AnalysisRun controller takes from the command line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `--namespace`: only runs in this namespace (all namespaces when unset).
+    pub namespace: Option<String>,
+    /// The instance-id selector, the same as for Rollouts, as Argo scopes every informer.
+    pub label_selector: String,
+    /// `--concurrency`: runs reconciled at the same time.
+    pub concurrency: u16,
+    /// `--prometheus-address`: used by metrics that leave `address` empty.
+    pub prometheus_address: Option<String>,
+}
+
+impl Options {
+    pub fn from_flags(flags: &Flags) -> Self {
+        Self {
+            namespace: flags.namespace.clone(),
+            label_selector: flags.rollout_label_selector(),
+            concurrency: flags.concurrency,
+            prometheus_address: flags.prometheus_address.clone(),
+        }
+    }
+}
+
+/// Runs the AnalysisRun controller until `stop` completes (finishing reconciles in flight).
+/// Start it beside the Rollout controller, under the same leadership and shutdown signal.
+pub async fn run(
+    client: Client,
+    options: Options,
+    metrics: AnalysisRunMetrics,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), String> {
+    let runs: Api<AnalysisRun> = match &options.namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let context = Arc::new(AnalysisContext::new(
+        client,
+        options.prometheus_address.clone(),
+        metrics,
+    )?);
+    tracing::info!(
+        namespace = options.namespace.as_deref().unwrap_or("(all)"),
+        selector = %options.label_selector,
+        prometheus_address = options.prometheus_address.as_deref().unwrap_or("(none)"),
+        "watching AnalysisRuns"
+    );
+    Controller::new(
+        runs,
+        watcher::Config::default().labels(&options.label_selector),
+    )
+    .with_config(controller::Config::default().concurrency(options.concurrency))
+    .graceful_shutdown_on(stop)
+    .run(reconcile, error_policy, context)
+    .for_each(|outcome| async move {
+        match outcome {
+            Ok(_) => {}
+            // error_policy has already logged and counted failed reconciles.
+            Err(controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_)) => {
+            }
+            Err(error) => tracing::warn!(%error, "AnalysisRun watch failed; retrying"),
+        }
+    })
+    .await;
+    Ok(())
+}

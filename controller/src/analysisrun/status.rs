@@ -1,0 +1,146 @@
+//! Writing a run's `/status` (only when it changed, only over the copy it was computed from)
+//! and recording the engine's events on the run.
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use rollouts_analysis::engine;
+use rollouts_crds::analysis::{AnalysisRun, AnalysisRunStatus};
+use serde_json::Value;
+
+use super::context::{AnalysisContext, lock};
+use super::reconcile::object_key;
+use super::{Error, Result};
+use crate::status_patch::merge_diff;
+
+/// What became of a status write.
+pub(super) enum StatusWrite {
+    /// Nothing changed: nothing was sent.
+    Unchanged,
+    Written,
+    /// The run changed since the copy the status was computed from; nothing was written.
+    Conflict,
+}
+
+/// Merge-patches `/status` to `desired` when it differs, on condition that the run is still at
+/// the resourceVersion it was read at, so a measurement is never folded into a stale status.
+pub(super) async fn write_status(
+    run: &AnalysisRun,
+    namespace: &str,
+    desired: &AnalysisRunStatus,
+    ctx: &AnalysisContext,
+) -> Result<StatusWrite> {
+    let name = run.name_any();
+    let Some(mut patch) =
+        status_patch(run.status.as_ref(), desired).map_err(|source| Error::EncodeStatus {
+            namespace: namespace.to_string(),
+            name: name.clone(),
+            source,
+        })?
+    else {
+        return Ok(StatusWrite::Unchanged);
+    };
+    if let Some(version) = run.resource_version() {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+    }
+    let api: Api<AnalysisRun> = Api::namespaced(ctx.client.clone(), namespace);
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(written) => {
+            if let Some(version) = written.resource_version() {
+                lock(&ctx.status_written).insert(object_key(namespace, &name), version);
+            }
+            Ok(StatusWrite::Written)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(StatusWrite::Conflict),
+        // Deleted meanwhile: nothing left to record.
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(StatusWrite::Unchanged),
+        Err(source) => Err(Error::PatchStatus {
+            namespace: namespace.to_string(),
+            name,
+            source: Box::new(source),
+        }),
+    }
+}
+
+/// The merge patch (`{"status": ...}`) from the run's status to `desired`; `None` when equal.
+pub fn status_patch(
+    current: Option<&AnalysisRunStatus>,
+    desired: &AnalysisRunStatus,
+) -> Result<Option<Value>, serde_json::Error> {
+    let want = serde_json::to_value(desired)?;
+    let change = match current {
+        None => Some(want),
+        Some(current) if current == desired => None,
+        Some(current) => merge_diff(&serde_json::to_value(current)?, &want),
+    };
+    Ok(change.map(|status| serde_json::json!({ "status": status })))
+}
+
+/// Records one of the engine's events on the run; a failure is logged, since status already
+/// says what happened.
+pub(super) async fn publish(run: &AnalysisRun, event: &engine::RunEvent, ctx: &AnalysisContext) {
+    let kube_event = Event {
+        type_: if event.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: event.reason.clone(),
+        note: Some(event.message.clone()),
+        action: "Analyze".to_string(),
+        secondary: None,
+    };
+    if let Err(error) = ctx
+        .recorder
+        .publish(&kube_event, &run.object_ref(&()))
+        .await
+    {
+        tracing::warn!(%error, reason = %event.reason, "AnalysisRun event not published");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+    use rollouts_crds::analysis::AnalysisPhase;
+
+    use super::*;
+
+    fn running(count: i32) -> AnalysisRunStatus {
+        AnalysisRunStatus {
+            phase: AnalysisPhase::Running,
+            started_at: Some(Time(Timestamp::UNIX_EPOCH)),
+            metric_results: vec![rollouts_crds::analysis::MetricResult {
+                name: "m".into(),
+                phase: AnalysisPhase::Running,
+                count,
+                successful: count,
+                ..Default::default()
+            }],
+            ..AnalysisRunStatus::default()
+        }
+    }
+
+    #[test]
+    fn the_status_is_patched_only_when_it_changed() {
+        let current = running(1);
+        assert_eq!(
+            status_patch(Some(&current), &current).expect("encodes"),
+            None
+        );
+        let patch = status_patch(Some(&current), &running(2))
+            .expect("encodes")
+            .expect("a change");
+        // Lists are replaced whole by a merge patch; unchanged fields are left out.
+        assert_eq!(patch["status"]["metricResults"][0]["count"], 2);
+        assert!(patch["status"].get("phase").is_none(), "{patch}");
+        let first = status_patch(None, &current)
+            .expect("encodes")
+            .expect("a first status");
+        assert_eq!(first["status"]["phase"], "Running");
+    }
+}
