@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod faults;
 mod handle;
 pub mod handlers;
+pub mod jsonpath;
 pub mod meta;
 pub mod output;
 pub mod patch;

@@ -1,10 +1,14 @@
 //! Server-side `Table` responses for `kubectl get`: the API server's own columns for the built-in
-//! kinds we serve, and a CRD's `additionalPrinterColumns` (simple JSONPath) for custom resources.
+//! kinds we serve, and a CRD's `additionalPrinterColumns` (paths evaluated by `jsonpath`) for
+//! custom resources.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use jiff::Timestamp;
+use jiff::civil::Date;
 use serde_json::{Map, Value, json};
 
+use super::jsonpath::json_path;
 use super::selector::LabelSelector;
 
 /// One `additionalPrinterColumns` entry of a CRD version.
@@ -956,84 +960,6 @@ fn custom_cell(column: &PrinterColumn, object: &Value, now: SystemTime) -> Value
     }
 }
 
-/// One step of a simple JSONPath.
-#[derive(Debug, PartialEq)]
-enum Step {
-    Field(String),
-    Index(usize),
-    AnyIndex,
-}
-
-/// Parses the simple JSONPaths CRD columns use: `.a.b`, `.a[0].b`, `.a['x.y']`, `.a[*]`,
-/// `.labels.app\.kubernetes\.io/name`, optionally wrapped in `{}`.
-fn parse_json_path(path: &str) -> Option<Vec<Step>> {
-    let path = path.trim();
-    let path = path
-        .strip_prefix('{')
-        .and_then(|p| p.strip_suffix('}'))
-        .unwrap_or(path)
-        .trim();
-    let path = path.strip_prefix('$').unwrap_or(path);
-    let mut steps = Vec::new();
-    let mut chars = path.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '.' => {
-                let mut field = String::new();
-                while let Some(&n) = chars.peek() {
-                    match n {
-                        '\\' => {
-                            chars.next();
-                            field.extend(chars.next());
-                        }
-                        '.' | '[' => break,
-                        _ => {
-                            field.push(n);
-                            chars.next();
-                        }
-                    }
-                }
-                if field.is_empty() {
-                    return None;
-                }
-                steps.push(Step::Field(field));
-            }
-            '[' => {
-                let mut inside = String::new();
-                for n in chars.by_ref() {
-                    if n == ']' {
-                        break;
-                    }
-                    inside.push(n);
-                }
-                let inside = inside.trim();
-                let quoted = inside
-                    .strip_prefix('\'')
-                    .and_then(|s| s.strip_suffix('\''))
-                    .or_else(|| inside.strip_prefix('"').and_then(|s| s.strip_suffix('"')));
-                steps.push(match quoted {
-                    Some(field) => Step::Field(field.to_string()),
-                    None if inside == "*" => Step::AnyIndex,
-                    None => Step::Index(inside.parse().ok()?),
-                });
-            }
-            _ => return None,
-        }
-    }
-    Some(steps)
-}
-
-/// The first value `path` finds in `object`.
-fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
-    parse_json_path(path)?
-        .iter()
-        .try_fold(object, |cur, step| match step {
-            Step::Field(name) => cur.get(name),
-            Step::Index(i) => cur.get(*i),
-            Step::AnyIndex => cur.get(0),
-        })
-}
-
 /// `translateTimestampSince`: the age of an RFC 3339 timestamp, `<unknown>` when absent.
 fn timestamp_since(timestamp: &Value, now: SystemTime) -> String {
     match timestamp.as_str().and_then(parse_rfc3339) {
@@ -1099,29 +1025,7 @@ pub fn human_duration(seconds: i64) -> String {
     format!("{}y", hours / 24 / 365)
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
+const UNIX_EPOCH_DATE: Date = jiff::civil::date(1970, 1, 1);
 
 /// Parses an RFC 3339 timestamp (`2026-01-02T03:04:05Z`, fractions and offsets allowed).
 pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
@@ -1174,8 +1078,13 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
             sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60)
         }
     };
-    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second
-        - offset_seconds;
+    // Only the month is checked: a day past its end rolls into the next month.
+    let month_start = Date::new(year as i16, month as i8, 1)
+        .ok()?
+        .duration_since(UNIX_EPOCH_DATE)
+        .as_secs();
+    let seconds =
+        month_start + (day - 1) * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
     let whole = Duration::from_secs(seconds.unsigned_abs());
     let at = if seconds >= 0 {
         UNIX_EPOCH.checked_add(whole)?
@@ -1191,14 +1100,11 @@ pub fn format_rfc3339(at: SystemTime) -> String {
         Ok(d) => d.as_secs() as i64,
         Err(e) => -(e.duration().as_secs_f64().ceil() as i64),
     };
-    let (days, of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60
-    )
+    // jiff spans years -9999 to 9999; a time beyond prints as its first or last second.
+    let seconds = seconds.clamp(Timestamp::MIN.as_second(), Timestamp::MAX.as_second());
+    Timestamp::from_second(seconds)
+        .expect("clamped into jiff's range")
+        .to_string()
 }
 
 #[cfg(test)]
@@ -1411,36 +1317,6 @@ mod tests {
         assert_eq!(column_names(&t), ["Name", "Age"]);
         assert_eq!(t["columnDefinitions"][1]["type"], "date");
         assert_eq!(cells(&t, 0), vec![json!("w"), json!("120m")]);
-    }
-
-    #[test]
-    fn json_path_forms() {
-        let object = json!({
-            "metadata": {"labels": {"a": "1", "app.kubernetes.io/name": "web"}},
-            "spec": {"x": [{"y": "first"}, {"y": "second"}]}
-        });
-        assert_eq!(json_path(&object, ".metadata.labels.a"), Some(&json!("1")));
-        assert_eq!(json_path(&object, ".spec.x[0].y"), Some(&json!("first")));
-        assert_eq!(json_path(&object, ".spec.x[1].y"), Some(&json!("second")));
-        assert_eq!(json_path(&object, ".spec.x[*].y"), Some(&json!("first")));
-        assert_eq!(json_path(&object, "{.spec.x[1].y}"), Some(&json!("second")));
-        assert_eq!(json_path(&object, "$.spec.x[1].y"), Some(&json!("second")));
-        assert_eq!(
-            json_path(&object, r".metadata.labels.app\.kubernetes\.io/name"),
-            Some(&json!("web"))
-        );
-        assert_eq!(
-            json_path(&object, ".metadata.labels['app.kubernetes.io/name']"),
-            Some(&json!("web"))
-        );
-        assert_eq!(json_path(&object, ".spec.x[5].y"), None);
-        assert_eq!(json_path(&object, ".spec.missing"), None);
-        assert_eq!(
-            json_path(&object, "spec.x"),
-            None,
-            "a path starts with a dot"
-        );
-        assert_eq!(json_path(&object, ".spec.x[a]"), None);
     }
 
     #[test]
