@@ -1,8 +1,10 @@
-//! Spec validation of a Rollout: Argo Rollouts' checks plus ours, each finding naming the field,
-//! what is wrong and how to fix it. A Rollout with findings gets an `InvalidSpec` condition and
-//! is not acted on.
+//! Spec validation of a Rollout, the one place its rules live: Argo Rollouts' checks plus ours
+//! ([`validate`]), the routers this controller lacks ([`unsupported_features`]) and what its
+//! planner does not plan yet ([`planning_limits`]). Each finding names the field, what is wrong
+//! and how to fix it. A Rollout with findings gets an `InvalidSpec` condition and is not acted on.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -11,14 +13,24 @@ use crate::FieldError;
 use crate::defaults::parse_percent;
 use crate::rollout::{
     AnalysisRunArgument, AntiAffinity, BlueGreenStrategy, CanaryStep, CanaryStrategy,
-    GATEWAY_API_PLUGIN, Rollout, RolloutAnalysis, RolloutTrafficRouting, SCALE_DOWN_NEVER,
-    SCALE_DOWN_ON_SUCCESS, SCALE_DOWN_PROGRESSIVELY, StringMatch,
+    GATEWAY_API_PLUGIN, Rollout, RolloutAnalysis, RolloutPause, RolloutSpec, RolloutTrafficRouting,
+    SCALE_DOWN_NEVER, SCALE_DOWN_ON_SUCCESS, SCALE_DOWN_PROGRESSIVELY, StringMatch,
 };
 
 /// Every problem found in the Rollout's spec; empty when it can be acted on.
 pub fn validate(rollout: &Rollout) -> Vec<FieldError> {
     let mut errors = Vec::new();
     validate_spec(rollout, &mut errors);
+    errors.extend(validate_strategy(rollout));
+    validate_route_support(rollout, &mut errors);
+    errors
+}
+
+/// The findings of [`validate`] under `spec.strategy` that the planner relies on: all but which
+/// router supports a route step. They do not depend on where the pod template comes from, so
+/// the planner checks them on a Rollout resolved from `workloadRef`.
+pub fn validate_strategy(rollout: &Rollout) -> Vec<FieldError> {
+    let mut errors = Vec::new();
     match (
         &rollout.spec.strategy.canary,
         &rollout.spec.strategy.blue_green,
@@ -84,18 +96,203 @@ pub fn unsupported_features(rollout: &Rollout) -> Vec<FieldError> {
     errors
 }
 
-fn validate_spec(rollout: &Rollout, errors: &mut Vec<FieldError>) {
-    let spec = &rollout.spec;
-    if spec.effective_replicas() < 0 {
+/// What this controller's planner refuses although [`validate`] and [`unsupported_features`]
+/// accept it: step kinds and router settings it does not plan yet, and bounds it relies on.
+/// Kept apart because Argo accepts these specs (some examples show them); the planner reports
+/// them as `InvalidSpec` when it plans the Rollout.
+pub fn planning_limits(rollout: &Rollout) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if let Some(canary) = &rollout.spec.strategy.canary {
+        if let Some(routing) = &canary.traffic_routing {
+            traffic_routing_limits(canary, routing, &mut errors);
+        }
+        for (index, step) in canary.steps().iter().enumerate() {
+            step_limits(
+                step,
+                &format!("spec.strategy.canary.steps[{index}]"),
+                &mut errors,
+            );
+        }
+    }
+    if let Some(blue_green) = &rollout.spec.strategy.blue_green {
+        blue_green_limits(rollout, blue_green, &mut errors);
+    }
+    errors
+}
+
+fn traffic_routing_limits(
+    canary: &CanaryStrategy,
+    routing: &RolloutTrafficRouting,
+    errors: &mut Vec<FieldError>,
+) {
+    let path = "spec.strategy.canary.trafficRouting";
+    let supported = routing.nginx.is_some()
+        || routing.istio.is_some()
+        || routing.plugin(GATEWAY_API_PLUGIN).is_some();
+    // Any other router is already a finding of unsupported_features.
+    let unsupported = routing.alb.is_some()
+        || routing.smi.is_some()
+        || routing.ambassador.is_some()
+        || routing.app_mesh.is_some()
+        || routing.traefik.is_some()
+        || routing.apisix.is_some()
+        || routing.plugins.as_ref().is_some_and(|p| !p.is_empty());
+    if !supported && !unsupported {
         errors.push(FieldError::new(
-            "spec.replicas",
-            format!(
-                "replicas is {}, which is negative",
-                spec.effective_replicas()
-            ),
-            "set spec.replicas to 0 or more",
+            path,
+            "no traffic router is configured",
+            format!("configure nginx, istio or the {GATEWAY_API_PLUGIN} plugin"),
         ));
     }
+    if let Some(nginx) = &routing.nginx {
+        let named = nginx
+            .stable_ingress
+            .as_deref()
+            .is_some_and(|name| !name.is_empty())
+            || nginx
+                .stable_ingresses
+                .as_ref()
+                .is_some_and(|names| !names.is_empty());
+        if !named {
+            errors.push(FieldError::new(
+                format!("{path}.nginx.stableIngress"),
+                "nginx routing needs the Ingress that serves the stable Service",
+                "name it in stableIngress (or list several in stableIngresses)",
+            ));
+        }
+    }
+    if let Some(istio) = &routing.istio {
+        if istio.all_virtual_services().is_empty() {
+            errors.push(FieldError::new(
+                format!("{path}.istio.virtualService"),
+                "istio routing needs the VirtualService whose routes carry the weights",
+                "name it in virtualService (or list several in virtualServices)",
+            ));
+        }
+        // Without nginx or a plugin this is already Argo's finding, made by validate.
+        let argo_accepts =
+            routing.nginx.is_some() || routing.plugins.as_ref().is_some_and(|p| !p.is_empty());
+        if routing.max_traffic_weight.is_some() && argo_accepts {
+            errors.push(FieldError::new(
+                format!("{path}.maxTrafficWeight"),
+                "maxTrafficWeight is supported with nginx and plugin routers only (Istio weights are percentages)",
+                "remove maxTrafficWeight, or route through nginx or the gatewayAPI plugin",
+            ));
+        }
+    }
+    if canary.ping_pong.is_some() {
+        errors.push(FieldError::new(
+            "spec.strategy.canary.pingPong",
+            "ping-pong services are not supported by this controller yet",
+            "name the Services in stableService and canaryService instead",
+        ));
+    }
+    // Where Argo requires the two Services, validate reports them missing.
+    if !requires_canary_and_stable_services(canary, routing) {
+        for (field, service) in [
+            ("stableService", &canary.stable_service),
+            ("canaryService", &canary.canary_service),
+        ] {
+            if service.as_deref().unwrap_or_default().is_empty() {
+                errors.push(FieldError::new(
+                    format!("spec.strategy.canary.{field}"),
+                    "this controller splits routed traffic between a stable and a canary Service",
+                    format!("name an existing Service in {field}"),
+                ));
+            }
+        }
+    }
+    for (field, present) in [
+        (
+            "abortScaleDownDelaySeconds",
+            canary.abort_scale_down_delay_seconds.is_some(),
+        ),
+        (
+            "scaleDownDelayRevisionLimit",
+            canary.scale_down_delay_revision_limit.is_some(),
+        ),
+    ] {
+        if present {
+            errors.push(FieldError::new(
+                format!("spec.strategy.canary.{field}"),
+                "is not supported with trafficRouting by this controller yet (an aborted canary is scaled down once its weight is 0)",
+                format!("remove {field}"),
+            ));
+        }
+    }
+}
+
+fn step_limits(step: &CanaryStep, path: &str, errors: &mut Vec<FieldError>) {
+    let kinds = step.kinds();
+    if kinds.len() > 1 {
+        errors.push(FieldError::new(
+            path,
+            format!(
+                "this controller plans one kind per step, this one sets {} ({})",
+                kinds.len(),
+                kinds.join(", ")
+            ),
+            "split it into one step per kind, in the order they should run",
+        ));
+    }
+    for kind in kinds {
+        if matches!(kind, "experiment" | "plugin") {
+            errors.push(FieldError::new(
+                format!("{path}.{kind}"),
+                format!("{kind} steps are not supported by this controller yet"),
+                "remove the step",
+            ));
+        }
+    }
+    if let Some(scale) = &step.set_canary_scale {
+        let set = [
+            scale.replicas.is_some(),
+            scale.weight.is_some(),
+            scale.match_traffic_weight == Some(true),
+        ];
+        if set.iter().filter(|set| **set).count() != 1 {
+            errors.push(FieldError::new(
+                format!("{path}.setCanaryScale"),
+                "setCanaryScale sets exactly one of replicas, weight and matchTrafficWeight",
+                "keep one of replicas, weight or matchTrafficWeight: true",
+            ));
+        }
+    }
+}
+
+fn blue_green_limits(
+    rollout: &Rollout,
+    blue_green: &BlueGreenStrategy,
+    errors: &mut Vec<FieldError>,
+) {
+    let path = "spec.strategy.blueGreen";
+    let replicas = rollout.spec.effective_replicas();
+    // A negative count is a finding of validate.
+    if let Some(count) = blue_green
+        .preview_replica_count
+        .filter(|count| *count > replicas)
+    {
+        errors.push(FieldError::new(
+            format!("{path}.previewReplicaCount"),
+            format!("{count} is outside 0..={replicas} (spec.replicas)"),
+            "set previewReplicaCount between 0 and spec.replicas",
+        ));
+    }
+    if let Some(limit) = blue_green
+        .scale_down_delay_revision_limit
+        .filter(|limit| *limit < 0)
+    {
+        errors.push(FieldError::new(
+            format!("{path}.scaleDownDelayRevisionLimit"),
+            format!("{limit} is negative"),
+            "set scaleDownDelayRevisionLimit to 0 or more",
+        ));
+    }
+}
+
+fn validate_spec(rollout: &Rollout, errors: &mut Vec<FieldError>) {
+    let spec = &rollout.spec;
+    errors.extend(negative_replicas(spec));
     non_negative(spec.min_ready_seconds, "spec.minReadySeconds", errors);
     non_negative(
         spec.revision_history_limit,
@@ -184,11 +381,7 @@ fn validate_spec(rollout: &Rollout, errors: &mut Vec<FieldError>) {
     let selector_ok = validate_selector_syntax(selector, errors);
 
     let Some(template) = &spec.template else {
-        errors.push(FieldError::new(
-            "spec.template",
-            "template is missing",
-            "set spec.template (a pod template, as in a Deployment) or spec.workloadRef",
-        ));
+        errors.push(missing_template());
         return;
     };
     match template.to_spec() {
@@ -215,6 +408,42 @@ fn validate_spec(rollout: &Rollout, errors: &mut Vec<FieldError>) {
             "make spec.template.metadata.labels include every label in spec.selector",
         ));
     }
+}
+
+/// `spec.replicas` below zero.
+pub fn negative_replicas(spec: &RolloutSpec) -> Option<FieldError> {
+    let replicas = spec.effective_replicas();
+    (replicas < 0).then(|| {
+        FieldError::new(
+            "spec.replicas",
+            format!("replicas is {replicas}, which is negative"),
+            "set spec.replicas to 0 or more",
+        )
+    })
+}
+
+/// A Rollout with neither `spec.template` nor `spec.workloadRef`.
+pub fn missing_template() -> FieldError {
+    FieldError::new(
+        "spec.template",
+        "template is missing",
+        "set spec.template (a pod template, as in a Deployment) or spec.workloadRef",
+    )
+}
+
+/// The length of a pause step (`None`: until promoted), or the finding at `step_path` when its
+/// duration is malformed or negative.
+pub fn pause_duration(
+    pause: &RolloutPause,
+    step_path: &str,
+) -> Result<Option<Duration>, FieldError> {
+    pause.duration().map_err(|reason| {
+        FieldError::new(
+            format!("{step_path}.pause.duration"),
+            reason.to_string(),
+            "write a number of seconds (30) or a duration with a unit (\"30s\", \"5m\", \"1h\"); leave duration out to pause until promoted",
+        )
+    })
 }
 
 fn non_negative(value: Option<i32>, path: &str, errors: &mut Vec<FieldError>) {
@@ -288,9 +517,10 @@ fn validate_blue_green(
             "set spec.strategy.blueGreen.activeService to the Service that receives production traffic",
         ));
     } else if blue_green.preview_service.as_deref() == Some(active) {
+        // At activeService, as Argo reports it (ValidateRolloutStrategyBlueGreen).
         errors.push(FieldError::new(
-            format!("{path}.previewService"),
-            format!("previewService is the same Service as activeService ({active:?})"),
+            format!("{path}.activeService"),
+            format!("activeService and previewService are the same Service ({active:?}), but two are required"),
             "use two different Services for activeService and previewService",
         ));
     }
@@ -338,6 +568,37 @@ fn validate_blue_green(
     ] {
         if let Some(analysis) = analysis {
             validate_analysis(analysis, &format!("{path}.{field}"), errors);
+        }
+    }
+}
+
+/// Whether a router that can carry them is configured for the header and mirror route steps.
+/// Not part of [`validate_strategy`]: the planner plans routes alike for every router.
+fn validate_route_support(rollout: &Rollout, errors: &mut Vec<FieldError>) {
+    let strategy = &rollout.spec.strategy;
+    let Some(canary) = strategy
+        .canary
+        .as_ref()
+        .filter(|_| strategy.blue_green.is_none())
+    else {
+        return;
+    };
+    let routing = canary.traffic_routing.as_ref();
+    for (i, step) in canary.steps().iter().enumerate() {
+        let path = format!("spec.strategy.canary.steps[{i}]");
+        if step.set_header_route.is_some() && !routing.is_some_and(header_route_supported) {
+            errors.push(FieldError::new(
+                format!("{path}.setHeaderRoute"),
+                "setHeaderRoute needs a router that supports header routes",
+                "configure trafficRouting.istio, trafficRouting.nginx or plugins.\"argoproj-labs/gatewayAPI\"",
+            ));
+        }
+        if step.set_mirror_route.is_some() && !routing.is_some_and(mirror_route_supported) {
+            errors.push(FieldError::new(
+                format!("{path}.setMirrorRoute"),
+                "setMirrorRoute needs a router that supports mirroring",
+                "configure trafficRouting.istio or plugins.\"argoproj-labs/gatewayAPI\"",
+            ));
         }
     }
 }
@@ -398,6 +659,7 @@ fn validate_canary(rollout: &Rollout, canary: &CanaryStrategy, errors: &mut Vec<
     let canary_service = canary.canary_service.as_deref().unwrap_or_default();
     let stable_service = canary.stable_service.as_deref().unwrap_or_default();
     if !canary_service.is_empty() && canary_service == stable_service {
+        // At stableService, as Argo reports it (ValidateRolloutStrategyCanary).
         errors.push(FieldError::new(
             format!("{path}.stableService"),
             format!("stableService is the same Service as canaryService ({stable_service:?})"),
@@ -590,13 +852,9 @@ fn validate_step(
         }
     }
     if let Some(pause) = &step.pause
-        && let Err(reason) = pause.duration()
+        && let Err(error) = pause_duration(pause, path)
     {
-        errors.push(FieldError::new(
-            format!("{path}.pause.duration"),
-            reason,
-            "write a number of seconds (30) or a duration with a unit (\"30s\", \"5m\", \"1h\"); leave duration out to pause until promoted",
-        ));
+        errors.push(error);
     }
     if let Some(scale) = &step.set_canary_scale {
         if routing.is_none() {
@@ -606,11 +864,13 @@ fn validate_step(
                 "configure spec.strategy.canary.trafficRouting or remove the step",
             ));
         }
-        if let Some(weight) = scale.weight.filter(|w| !(0..=100).contains(w)) {
+        // Argo sizes the canary as weight / maxTrafficWeight of spec.replicas.
+        let max = rollout.spec.effective_max_traffic_weight();
+        if let Some(weight) = scale.weight.filter(|w| !(0..=max).contains(w)) {
             errors.push(FieldError::new(
                 format!("{path}.setCanaryScale.weight"),
-                format!("weight {weight} is outside 0..=100"),
-                "set setCanaryScale.weight between 0 and 100",
+                format!("weight {weight} is outside 0..={max}"),
+                format!("set setCanaryScale.weight between 0 and {max}"),
             ));
         }
         non_negative(
@@ -621,13 +881,6 @@ fn validate_step(
     }
     if let Some(header_route) = &step.set_header_route {
         let step_path = format!("{path}.setHeaderRoute");
-        if !routing.is_some_and(header_route_supported) {
-            errors.push(FieldError::new(
-                &step_path,
-                "setHeaderRoute needs a router that supports header routes",
-                "configure trafficRouting.istio, trafficRouting.nginx or plugins.\"argoproj-labs/gatewayAPI\"",
-            ));
-        }
         for (j, m) in header_route.match_.iter().flatten().enumerate() {
             validate_string_match(
                 Some(&m.header_value),
@@ -644,13 +897,6 @@ fn validate_step(
     }
     if let Some(mirror_route) = &step.set_mirror_route {
         let step_path = format!("{path}.setMirrorRoute");
-        if !routing.is_some_and(mirror_route_supported) {
-            errors.push(FieldError::new(
-                &step_path,
-                "setMirrorRoute needs a router that supports mirroring",
-                "configure trafficRouting.istio or plugins.\"argoproj-labs/gatewayAPI\"",
-            ));
-        }
         for (j, m) in mirror_route.match_.iter().flatten().enumerate() {
             let match_path = format!("{step_path}.match[{j}]");
             if let Some(method) = &m.method {
@@ -693,7 +939,7 @@ fn validate_step(
         {
             errors.push(FieldError::new(
                 format!("{experiment_path}.duration"),
-                reason,
+                reason.to_string(),
                 "write a duration with a unit (\"30s\", \"5m\", \"1h\")",
             ));
         }
@@ -735,6 +981,8 @@ fn validate_step(
     }
 }
 
+/// As Argo's `ValidateStepRouteFoundInManagedRoute`: a step's route (an empty name included)
+/// must be listed in `managedRoutes`, or it would never be removed.
 fn validate_managed_route(
     routing: Option<&RolloutTrafficRouting>,
     name: &str,
@@ -759,6 +1007,8 @@ fn validate_managed_route(
     }
 }
 
+/// Exactly one of `exact`, `prefix` and `regex`; an empty string counts as unset, as in Argo's
+/// `hasMultipleMatchValues`.
 fn validate_string_match(value: Option<&StringMatch>, path: &str, errors: &mut Vec<FieldError>) {
     let set = value.map_or(0, |m| {
         [&m.exact, &m.prefix, &m.regex]
@@ -865,7 +1115,7 @@ fn validate_int_or_percent(value: &IntOrString, path: &str, errors: &mut Vec<Fie
         IntOrString::Int(n) if *n < 0 => Some(format!("{n} is negative")),
         IntOrString::Int(_) => None,
         IntOrString::String(text) => match parse_percent(text) {
-            Err(reason) => Some(reason),
+            Err(reason) => Some(reason.to_string()),
             Ok(p) if p < 0 => Some(format!("{text:?} is negative")),
             Ok(_) => None,
         },
@@ -1258,7 +1508,7 @@ mod tests {
             .as_mut()
             .expect("bg")
             .preview_service = Some("web-active".into());
-        assert_only_error(&rollout, "spec.strategy.blueGreen.previewService");
+        assert_only_error(&rollout, "spec.strategy.blueGreen.activeService");
     }
 
     #[test]
@@ -1610,5 +1860,96 @@ mod tests {
         );
         let supported = Rollout::test_canary("web", vec![]).with_traffic_routing(istio());
         assert_eq!(unsupported_features(&supported), vec![]);
+    }
+
+    fn limit_paths(rollout: &Rollout) -> Vec<String> {
+        planning_limits(rollout)
+            .into_iter()
+            .map(|e| e.path)
+            .collect()
+    }
+
+    #[test]
+    fn valid_fixtures_are_within_the_planning_limits() {
+        let routed = Rollout::test_canary("web", vec![CanaryStep::weight(20), header_step()])
+            .with_traffic_routing(nginx());
+        assert_eq!(planning_limits(&routed), vec![]);
+        assert_eq!(planning_limits(&Rollout::test_blue_green("web")), vec![]);
+    }
+
+    #[test]
+    fn steps_the_planner_does_not_plan_are_limits_not_findings() {
+        let mut companion = CanaryStep::weight(20);
+        companion.set_canary_scale = Some(SetCanaryScale {
+            replicas: Some(1),
+            weight: Some(10),
+            ..SetCanaryScale::default()
+        });
+        let rollout = Rollout::test_canary("web", vec![companion]).with_traffic_routing(nginx());
+        assert_eq!(validate(&rollout), vec![]);
+        assert_eq!(
+            limit_paths(&rollout),
+            [
+                "spec.strategy.canary.steps[0]",
+                "spec.strategy.canary.steps[0].setCanaryScale"
+            ]
+        );
+    }
+
+    #[test]
+    fn routed_settings_the_planner_does_not_plan() {
+        let rollout = Rollout::test_canary("web", vec![])
+            .with_traffic_routing(nginx())
+            .with_canary(|canary| {
+                canary.abort_scale_down_delay_seconds = Some(10);
+                canary.traffic_routing.as_mut().expect("routing").nginx =
+                    Some(NginxTrafficRouting::default());
+            });
+        assert_eq!(validate(&rollout), vec![]);
+        assert_eq!(
+            limit_paths(&rollout),
+            [
+                "spec.strategy.canary.trafficRouting.nginx.stableIngress",
+                "spec.strategy.canary.abortScaleDownDelaySeconds"
+            ]
+        );
+        let no_router = Rollout::test_canary("web", vec![])
+            .with_traffic_routing(RolloutTrafficRouting::default());
+        assert_eq!(
+            limit_paths(&no_router),
+            ["spec.strategy.canary.trafficRouting"]
+        );
+    }
+
+    #[test]
+    fn preview_replica_count_above_replicas_is_a_limit() {
+        let rollout = Rollout::test_blue_green("web")
+            .with_replicas(2)
+            .with_blue_green(|bg| bg.preview_replica_count = Some(3));
+        assert_eq!(validate(&rollout), vec![]);
+        assert_eq!(
+            limit_paths(&rollout),
+            ["spec.strategy.blueGreen.previewReplicaCount"]
+        );
+    }
+
+    #[test]
+    fn set_canary_scale_weight_is_against_max_traffic_weight() {
+        let step = CanaryStep {
+            set_canary_scale: Some(SetCanaryScale {
+                weight: Some(500),
+                ..SetCanaryScale::default()
+            }),
+            ..CanaryStep::default()
+        };
+        let mut routing = nginx();
+        routing.max_traffic_weight = Some(1000);
+        let rollout = Rollout::test_canary("web", vec![step.clone()]).with_traffic_routing(routing);
+        assert_eq!(validate(&rollout), vec![]);
+        let rollout = Rollout::test_canary("web", vec![step]).with_traffic_routing(nginx());
+        assert_only_error(
+            &rollout,
+            "spec.strategy.canary.steps[0].setCanaryScale.weight",
+        );
     }
 }

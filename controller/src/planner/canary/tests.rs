@@ -895,7 +895,7 @@ fn malformed_fields_name_the_field() {
                 canary.canary_service = Some("web".into());
                 canary.stable_service = Some("web".into());
             },
-            "spec.strategy.canary.canaryService",
+            "spec.strategy.canary.stableService",
         ),
         (
             |ro| {
