@@ -1,11 +1,51 @@
 //! Condition evaluation: a metric's `successCondition` / `failureCondition` are expr-lang
 //! expressions over `result`, with Argo's helper functions (`asInt`, `asFloat`, `isNaN`,
 //! `isInf`, `isNil`, `default`) and Argo's rules for turning the two answers into a phase.
-//! Errors are returned as messages for an Error measurement; evaluation never panics.
+//! Errors become the message of an Error measurement; evaluation never panics.
 
 use expr::{Context, Environment, Value};
 use k8s_openapi::jiff::Timestamp;
 use rollouts_crds::analysis::{AnalysisPhase, Metric};
+
+/// Why an expression gave no answer of the type asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpressionError {
+    /// Not valid expr-lang, or it failed while running (a wrong type, a missing field).
+    #[error("{0}")]
+    Eval(#[source] expr::Error),
+    #[error("expected bool, but got {type_name} ({value})")]
+    NotBool {
+        type_name: &'static str,
+        value: String,
+    },
+    #[error("expected a time, but got {type_name} ({value})")]
+    NotTime {
+        type_name: &'static str,
+        value: String,
+    },
+    #[error("{0}")]
+    TimeOutOfRange(#[source] k8s_openapi::jiff::Error),
+}
+
+/// Why a metric's condition could not decide a measurement's phase.
+#[derive(Debug, thiserror::Error)]
+pub enum ConditionError {
+    #[error(
+        "could not evaluate {field} \"{expression}\": metric result is nil or empty: no data returned from the metric provider"
+    )]
+    NoData {
+        /// `successCondition` or `failureCondition`.
+        field: &'static str,
+        expression: String,
+    },
+    #[error("could not evaluate {field} \"{expression}\": {source}")]
+    Expression {
+        field: &'static str,
+        expression: String,
+        #[source]
+        source: ExpressionError,
+    },
+}
 
 /// The phase of a measurement whose value is `result`, by Argo's rules:
 /// - no conditions: Successful;
@@ -14,13 +54,13 @@ use rollouts_crds::analysis::{AnalysisPhase, Metric};
 /// - both: Failed when the failure condition holds, Successful when only the success
 ///   condition holds, Inconclusive when neither does.
 ///
-/// A condition that cannot be evaluated, or does not give a boolean, is an `Err` with the
-/// message for an Error measurement.
+/// A condition that cannot be evaluated, or does not give a boolean, is an `Err` whose text is
+/// the message for an Error measurement.
 pub fn evaluate(
     result: &Value,
     success_condition: Option<&str>,
     failure_condition: Option<&str>,
-) -> Result<AnalysisPhase, String> {
+) -> Result<AnalysisPhase, ConditionError> {
     let success_condition = success_condition.filter(|c| !c.is_empty());
     let failure_condition = failure_condition.filter(|c| !c.is_empty());
     let mut success = false;
@@ -49,7 +89,7 @@ pub fn evaluate(
 }
 
 /// [`evaluate`] with the metric's conditions.
-pub fn evaluate_metric(result: &Value, metric: &Metric) -> Result<AnalysisPhase, String> {
+pub fn evaluate_metric(result: &Value, metric: &Metric) -> Result<AnalysisPhase, ConditionError> {
     evaluate(
         result,
         metric.success_condition.as_deref(),
@@ -57,13 +97,21 @@ pub fn evaluate_metric(result: &Value, metric: &Metric) -> Result<AnalysisPhase,
     )
 }
 
-fn eval_error(error: String, field: &str, expression: &str, result: &Value) -> String {
+fn eval_error(
+    source: ExpressionError,
+    field: &'static str,
+    expression: &str,
+    result: &Value,
+) -> ConditionError {
+    let expression = expression.to_string();
     if is_nil_or_empty(result) {
-        return format!(
-            "could not evaluate {field} \"{expression}\": metric result is nil or empty: no data returned from the metric provider"
-        );
+        return ConditionError::NoData { field, expression };
     }
-    format!("could not evaluate {field} \"{expression}\": {error}")
+    ConditionError::Expression {
+        field,
+        expression,
+        source,
+    }
 }
 
 fn is_nil_or_empty(result: &Value) -> bool {
@@ -75,23 +123,23 @@ fn is_nil_or_empty(result: &Value) -> bool {
 }
 
 /// Evaluates one condition with `result` bound; it must give a boolean.
-pub fn eval_condition(result: &Value, condition: &str) -> Result<bool, String> {
+pub fn eval_condition(result: &Value, condition: &str) -> Result<bool, ExpressionError> {
     let env = environment(result);
     let mut ctx = Context::default();
     ctx.insert("result", result.clone());
-    let program = expr::compile(condition).map_err(|e| e.to_string())?;
-    match env.run(&program, &ctx).map_err(|e| e.to_string())? {
+    let program = expr::compile(condition).map_err(ExpressionError::Eval)?;
+    match env.run(&program, &ctx).map_err(ExpressionError::Eval)? {
         Value::Bool(b) => Ok(b),
-        other => Err(format!(
-            "expected bool, but got {} ({other})",
-            type_name(&other)
-        )),
+        other => Err(ExpressionError::NotBool {
+            type_name: type_name(&other),
+            value: other.to_string(),
+        }),
     }
 }
 
 /// Evaluates a time expression such as `now() - duration("5m")` (a range query's start or
 /// end), with `now()` fixed to `now` so the answer is reproducible.
-pub fn eval_time(expression: &str, now: Timestamp) -> Result<Timestamp, String> {
+pub fn eval_time(expression: &str, now: Timestamp) -> Result<Timestamp, ExpressionError> {
     let mut env = Environment::new();
     let now_text = now.to_string();
     env.add_function("now", move |call| {
@@ -102,21 +150,21 @@ pub fn eval_time(expression: &str, now: Timestamp) -> Result<Timestamp, String> 
             None,
         )
     });
-    let program = expr::compile(expression).map_err(|e| e.to_string())?;
+    let program = expr::compile(expression).map_err(ExpressionError::Eval)?;
     let value = env
         .run(&program, &Context::default())
-        .map_err(|e| e.to_string())?;
+        .map_err(ExpressionError::Eval)?;
     let Some(datetime) = value.as_datetime() else {
-        return Err(format!(
-            "expected a time, but got {} ({value})",
-            type_name(&value)
-        ));
+        return Err(ExpressionError::NotTime {
+            type_name: type_name(&value),
+            value: value.to_string(),
+        });
     };
     Timestamp::new(
         datetime.timestamp(),
         datetime.timestamp_subsec_nanos() as i32,
     )
-    .map_err(|e| e.to_string())
+    .map_err(ExpressionError::TimeOutOfRange)
 }
 
 fn type_name(value: &Value) -> &'static str {
@@ -241,8 +289,21 @@ mod tests {
         )
     }
 
+    // The tests check errors by their text, the message an Error measurement carries.
     fn holds(result: &Value, condition: &str) -> Result<bool, String> {
-        eval_condition(result, condition)
+        eval_condition(result, condition).map_err(|e| e.to_string())
+    }
+
+    fn phase(
+        result: &Value,
+        success_condition: Option<&str>,
+        failure_condition: Option<&str>,
+    ) -> Result<AnalysisPhase, String> {
+        evaluate(result, success_condition, failure_condition).map_err(|e| e.to_string())
+    }
+
+    fn time(expression: &str, now: Timestamp) -> Result<Timestamp, String> {
+        eval_time(expression, now).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -278,9 +339,9 @@ mod tests {
         assert_eq!(holds(&nan, "result[0] >= 0.95"), Ok(false));
         assert_eq!(holds(&nan, "isNaN(result[0])"), Ok(true));
         assert_eq!(holds(&from_samples(&[0.5]), "isNaN(result[0])"), Ok(false));
-        assert_eq!(evaluate(&nan, Some("result[0] >= 0.95"), None), Ok(Failed));
+        assert_eq!(phase(&nan, Some("result[0] >= 0.95"), None), Ok(Failed));
         assert_eq!(
-            evaluate(&nan, Some("result[0] >= 0.95"), Some("result[0] < 0.9")),
+            phase(&nan, Some("result[0] >= 0.95"), Some("result[0] < 0.9")),
             Ok(Inconclusive)
         );
         assert_eq!(
@@ -291,13 +352,13 @@ mod tests {
 
     #[test]
     fn an_empty_vector_is_an_error_that_says_no_data() {
-        let err = evaluate(&from_samples(&[]), Some("result[0] >= 0.95"), None).unwrap_err();
+        let err = phase(&from_samples(&[]), Some("result[0] >= 0.95"), None).unwrap_err();
         assert!(err.starts_with("could not evaluate successCondition \"result[0] >= 0.95\""));
         assert!(
             err.contains("no data returned from the metric provider"),
             "{err}"
         );
-        let err = evaluate(&Value::Nil, None, Some("result > 1")).unwrap_err();
+        let err = phase(&Value::Nil, None, Some("result > 1")).unwrap_err();
         assert!(
             err.starts_with("could not evaluate failureCondition"),
             "{err}"
@@ -307,7 +368,7 @@ mod tests {
 
     #[test]
     fn a_wrong_type_is_an_error_with_the_reason() {
-        let err = evaluate(&Value::from("abc"), Some("result > 1"), None).unwrap_err();
+        let err = phase(&Value::from("abc"), Some("result > 1"), None).unwrap_err();
         assert!(err.starts_with("could not evaluate successCondition \"result > 1\": "));
         assert!(!err.contains("nil or empty"));
         let err = holds(&Value::Float(1.0), "result + 1").unwrap_err();
@@ -316,7 +377,7 @@ mod tests {
 
     #[test]
     fn a_syntax_error_is_an_error_not_a_panic() {
-        let err = evaluate(&from_samples(&[1.0]), Some("result[0] >"), None).unwrap_err();
+        let err = phase(&from_samples(&[1.0]), Some("result[0] >"), None).unwrap_err();
         assert!(
             err.starts_with("could not evaluate successCondition \"result[0] >\""),
             "{err}"
@@ -326,26 +387,26 @@ mod tests {
     #[test]
     fn phases_from_the_two_conditions() {
         let r = Value::Float(5.0);
-        assert_eq!(evaluate(&r, None, None), Ok(Successful));
-        assert_eq!(evaluate(&r, Some(""), Some("")), Ok(Successful));
-        assert_eq!(evaluate(&r, Some("result > 1"), None), Ok(Successful));
-        assert_eq!(evaluate(&r, Some("result > 9"), None), Ok(Failed));
-        assert_eq!(evaluate(&r, None, Some("result > 9")), Ok(Successful));
-        assert_eq!(evaluate(&r, None, Some("result > 1")), Ok(Failed));
+        assert_eq!(phase(&r, None, None), Ok(Successful));
+        assert_eq!(phase(&r, Some(""), Some("")), Ok(Successful));
+        assert_eq!(phase(&r, Some("result > 1"), None), Ok(Successful));
+        assert_eq!(phase(&r, Some("result > 9"), None), Ok(Failed));
+        assert_eq!(phase(&r, None, Some("result > 9")), Ok(Successful));
+        assert_eq!(phase(&r, None, Some("result > 1")), Ok(Failed));
         assert_eq!(
-            evaluate(&r, Some("result > 1"), Some("result > 9")),
+            phase(&r, Some("result > 1"), Some("result > 9")),
             Ok(Successful)
         );
         assert_eq!(
-            evaluate(&r, Some("result > 9"), Some("result > 1")),
+            phase(&r, Some("result > 9"), Some("result > 1")),
             Ok(Failed)
         );
         assert_eq!(
-            evaluate(&r, Some("result > 1"), Some("result > 1")),
+            phase(&r, Some("result > 1"), Some("result > 1")),
             Ok(Failed)
         );
         assert_eq!(
-            evaluate(&r, Some("result > 9"), Some("result > 9")),
+            phase(&r, Some("result > 9"), Some("result > 9")),
             Ok(Inconclusive)
         );
     }
@@ -396,16 +457,12 @@ mod tests {
     #[test]
     fn time_expressions_use_the_injected_now() {
         let now: Timestamp = "2024-05-01T10:00:00Z".parse().unwrap();
-        assert_eq!(eval_time("now()", now), Ok(now));
+        assert_eq!(time("now()", now), Ok(now));
         assert_eq!(
-            eval_time("now() - duration(\"5m\")", now),
+            time("now() - duration(\"5m\")", now),
             Ok("2024-05-01T09:55:00Z".parse().unwrap())
         );
-        assert!(
-            eval_time("1 + 1", now)
-                .unwrap_err()
-                .contains("expected a time")
-        );
-        assert!(eval_time("now(", now).is_err());
+        assert!(time("1 + 1", now).unwrap_err().contains("expected a time"));
+        assert!(time("now(", now).is_err());
     }
 }

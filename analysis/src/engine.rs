@@ -127,8 +127,10 @@ fn limit_value(
     value.map(|v| int_or_string_value(v).unwrap_or(0))
 }
 
-fn parse_duration(text: Option<&str>) -> Option<Result<Duration, String>> {
-    text.filter(|t| !t.is_empty()).map(duration::parse)
+/// `None` when unset; `Some(None)` when it is not a duration (validation reports it).
+fn parse_duration(text: Option<&str>) -> Option<Option<Duration>> {
+    text.filter(|t| !t.is_empty())
+        .map(|t| duration::parse(t).ok())
 }
 
 /// The failure limit in force: as written; unset means 0, as in Argo, except that a metric
@@ -161,17 +163,37 @@ pub fn consecutive_failure_limit(metric: &Metric) -> i64 {
     limit_value(metric.consecutive_failure_limit.as_ref()).unwrap_or(0)
 }
 
+/// Why a `dryRun` or `measurementRetention` rule cannot be applied. Each names the rule
+/// (`field[index]`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RuleError {
+    #[error("{field}[{index}]: metricName {pattern:?} is not a regular expression: {source}")]
+    NotARegex {
+        /// `dryRun` or `measurementRetention`.
+        field: &'static str,
+        index: usize,
+        pattern: String,
+        #[source]
+        source: regex::Error,
+    },
+    #[error("{field}[{index}]: Rule didn't match any metric name(s)")]
+    NoMatch { field: &'static str, index: usize },
+}
+
 /// Metric names matched (anywhere in the name, as Go's `regexp.MatchString`) by the rule
 /// patterns; every rule must match at least one metric.
 fn match_rules<'a>(
     patterns: impl Iterator<Item = &'a str>,
     metrics: &[Metric],
-    field: &str,
-) -> Result<Vec<(usize, Vec<String>)>, String> {
+    field: &'static str,
+) -> Result<Vec<(usize, Vec<String>)>, RuleError> {
     let mut matches = Vec::new();
     for (i, pattern) in patterns.enumerate() {
-        let regex = Regex::new(pattern).map_err(|e| {
-            format!("{field}[{i}]: metricName {pattern:?} is not a regular expression: {e}")
+        let regex = Regex::new(pattern).map_err(|source| RuleError::NotARegex {
+            field,
+            index: i,
+            pattern: pattern.to_string(),
+            source,
         })?;
         let names: Vec<String> = metrics
             .iter()
@@ -179,9 +201,7 @@ fn match_rules<'a>(
             .map(|m| m.name.clone())
             .collect();
         if names.is_empty() {
-            return Err(format!(
-                "{field}[{i}]: Rule didn't match any metric name(s)"
-            ));
+            return Err(RuleError::NoMatch { field, index: i });
         }
         matches.push((i, names));
     }
@@ -189,7 +209,10 @@ fn match_rules<'a>(
 }
 
 /// Names of the metrics that run in dry-run mode.
-pub fn dry_run_metrics(rules: &[DryRun], metrics: &[Metric]) -> Result<BTreeSet<String>, String> {
+pub fn dry_run_metrics(
+    rules: &[DryRun],
+    metrics: &[Metric],
+) -> Result<BTreeSet<String>, RuleError> {
     let matches = match_rules(
         rules.iter().map(|r| r.metric_name.as_str()),
         metrics,
@@ -202,7 +225,7 @@ pub fn dry_run_metrics(rules: &[DryRun], metrics: &[Metric]) -> Result<BTreeSet<
 pub fn retention_limits(
     rules: &[MeasurementRetention],
     metrics: &[Metric],
-) -> Result<BTreeMap<String, usize>, String> {
+) -> Result<BTreeMap<String, usize>, RuleError> {
     let matches = match_rules(
         rules.iter().map(|r| r.metric_name.as_str()),
         metrics,
@@ -320,7 +343,7 @@ pub fn due_measurements(
         let Some(last) = last else {
             match parse_duration(metric.initial_delay.as_deref()) {
                 None => tasks.push(task(MeasurementAction::Start)),
-                Some(Ok(delay)) => {
+                Some(Some(delay)) => {
                     // The delay counts from the run's start, which the first reconcile records.
                     if let Some(started) = &status.started_at
                         && add(started.0, delay) <= now
@@ -328,7 +351,7 @@ pub fn due_measurements(
                         tasks.push(task(MeasurementAction::Start));
                     }
                 }
-                Some(Err(_)) => {}
+                Some(None) => {}
             }
             continue;
         };
@@ -362,8 +385,8 @@ fn retry_interval(metric: &Metric, last: &Measurement) -> Option<Duration> {
     }
     match parse_duration(metric.interval.as_deref()) {
         None => Some(DEFAULT_ERROR_RETRY_INTERVAL),
-        Some(Ok(interval)) => Some(interval),
-        Some(Err(_)) => None,
+        Some(Some(interval)) => Some(interval),
+        Some(None) => None,
     }
 }
 
@@ -656,7 +679,7 @@ pub fn next_reconcile_time(
             continue;
         }
         let Some(last) = last_measurement(status, &metric.name) else {
-            if let Some(Ok(delay)) = parse_duration(metric.initial_delay.as_deref()) {
+            if let Some(Some(delay)) = parse_duration(metric.initial_delay.as_deref()) {
                 let started = status.started_at.as_ref().map_or(now, |t| t.0);
                 consider(add(started, delay));
             }
@@ -675,7 +698,7 @@ pub fn next_reconcile_time(
             DEFAULT_ERROR_RETRY_INTERVAL
         } else {
             match parse_duration(metric.interval.as_deref()) {
-                Some(Ok(interval)) => interval,
+                Some(Some(interval)) => interval,
                 _ => continue,
             }
         };

@@ -11,10 +11,12 @@ pub mod web;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use rollouts_crds::analysis::{AnalysisPhase, Measurement, Metric, OAuth2Config};
+use reqwest::header::{HeaderName, HeaderValue, InvalidHeaderName, InvalidHeaderValue};
+use rollouts_crds::analysis::{AnalysisPhase, Measurement, Metric, OAuth2Config, WebMetricHeader};
 
 use crate::engine::{MeasurementAction, MeasurementTask, TakenMeasurement};
 
@@ -149,18 +151,92 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// A provider's HTTP client could not be built (its TLS setup failed).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct HttpClientError(#[from] reqwest::Error);
+
+/// Why a metric's `headers` cannot be sent. Clone (sources shared) so that queries coalesced
+/// into one request can all report it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HeaderError {
+    #[error("header {key:?} is not a valid header name: {source}")]
+    Name {
+        key: String,
+        #[source]
+        source: Arc<InvalidHeaderName>,
+    },
+    #[error("header {key:?} has an invalid value: {source}")]
+    Value {
+        key: String,
+        #[source]
+        source: Arc<InvalidHeaderValue>,
+    },
+}
+
+/// A metric's `headers`, checked.
+pub(crate) fn metric_headers(
+    headers: &[WebMetricHeader],
+) -> Result<Vec<(HeaderName, HeaderValue)>, HeaderError> {
+    headers
+        .iter()
+        .map(|header| {
+            let name =
+                HeaderName::from_bytes(header.key.as_bytes()).map_err(|e| HeaderError::Name {
+                    key: header.key.clone(),
+                    source: Arc::new(e),
+                })?;
+            let value = HeaderValue::from_str(&header.value).map_err(|e| HeaderError::Value {
+                key: header.key.clone(),
+                source: Arc::new(e),
+            })?;
+            Ok((name, value))
+        })
+        .collect()
+}
+
+/// Why an OAuth2 access token could not be had (`authentication.oauth2`). Clone (sources
+/// shared) so that queries coalesced into one request can all report it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OAuth2Error {
+    #[error(
+        "missing mandatory parameter in metric for OAuth2 setup: set authentication.oauth2.clientId and clientSecret"
+    )]
+    MissingClientCredentials,
+    #[error("oauth2: cannot fetch token from {token_url}: {source}")]
+    Request {
+        token_url: String,
+        #[source]
+        source: Arc<reqwest::Error>,
+    },
+    #[error("oauth2: cannot fetch token from {token_url}: {status}: {body}")]
+    Status {
+        token_url: String,
+        status: reqwest::StatusCode,
+        body: String,
+    },
+    #[error("oauth2: cannot fetch token from {token_url}: not JSON: {source}")]
+    NotJson {
+        token_url: String,
+        #[source]
+        source: Arc<serde_json::Error>,
+    },
+    #[error("oauth2: cannot fetch token from {token_url}: the answer has no access_token")]
+    NoAccessToken { token_url: String },
+}
+
 /// OAuth2 client credentials of a metric, when `authentication.oauth2.tokenUrl` is set. Argo
 /// requires the client id and secret with it.
 pub(crate) fn oauth2_credentials(
     config: Option<&OAuth2Config>,
-) -> Result<Option<OAuth2Config>, String> {
+) -> Result<Option<OAuth2Config>, OAuth2Error> {
     let Some(config) = config.filter(|c| c.token_url.as_deref().is_some_and(|u| !u.is_empty()))
     else {
         return Ok(None);
     };
     let missing = |v: &Option<String>| v.as_deref().unwrap_or("").is_empty();
     if missing(&config.client_id) || missing(&config.client_secret) {
-        return Err("missing mandatory parameter in metric for OAuth2 setup: set authentication.oauth2.clientId and clientSecret".into());
+        return Err(OAuth2Error::MissingClientCredentials);
     }
     Ok(Some(config.clone()))
 }
@@ -185,7 +261,7 @@ pub(crate) async fn oauth2_token(
     http: &reqwest::Client,
     config: &OAuth2Config,
     timeout: std::time::Duration,
-) -> Result<String, String> {
+) -> Result<String, OAuth2Error> {
     let token_url = config.token_url.as_deref().unwrap_or("");
     let mut form = vec![
         ("grant_type", "client_credentials".to_string()),
@@ -203,7 +279,10 @@ pub(crate) async fn oauth2_token(
         .map(|(k, v)| format!("{k}={}", form_encode(v)))
         .collect::<Vec<_>>()
         .join("&");
-    let cannot = |reason: String| format!("oauth2: cannot fetch token from {token_url}: {reason}");
+    let request_failed = |source| OAuth2Error::Request {
+        token_url: token_url.to_string(),
+        source: Arc::new(source),
+    };
     let response = http
         .post(token_url)
         .header(
@@ -214,19 +293,28 @@ pub(crate) async fn oauth2_token(
         .timeout(timeout)
         .send()
         .await
-        .map_err(|e| cannot(e.to_string()))?;
+        .map_err(request_failed)?;
     let status = response.status();
-    let text = response.text().await.map_err(|e| cannot(e.to_string()))?;
+    let text = response.text().await.map_err(request_failed)?;
     if !status.is_success() {
-        return Err(cannot(format!("{status}: {text}")));
+        return Err(OAuth2Error::Status {
+            token_url: token_url.to_string(),
+            status,
+            body: text,
+        });
     }
     let answer: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| cannot(format!("not JSON: {e}")))?;
+        serde_json::from_str(&text).map_err(|e| OAuth2Error::NotJson {
+            token_url: token_url.to_string(),
+            source: Arc::new(e),
+        })?;
     answer["access_token"]
         .as_str()
         .filter(|t| !t.is_empty())
         .map(str::to_string)
-        .ok_or_else(|| cannot("the answer has no access_token".to_string()))
+        .ok_or_else(|| OAuth2Error::NoAccessToken {
+            token_url: token_url.to_string(),
+        })
 }
 
 /// Standard base64 (for HTTP basic authentication).
@@ -385,7 +473,7 @@ mod tests {
 
     #[test]
     fn oauth2_needs_client_id_and_secret() {
-        assert_eq!(oauth2_credentials(None), Ok(None));
+        assert!(matches!(oauth2_credentials(None), Ok(None)));
         let mut config = OAuth2Config {
             token_url: Some("http://auth/token".into()),
             client_id: Some("id".into()),
@@ -394,12 +482,16 @@ mod tests {
         assert!(
             oauth2_credentials(Some(&config))
                 .unwrap_err()
+                .to_string()
                 .contains("clientSecret")
         );
         config.client_secret = Some("secret".into());
-        assert_eq!(oauth2_credentials(Some(&config)), Ok(Some(config.clone())));
+        assert_eq!(
+            oauth2_credentials(Some(&config)).ok(),
+            Some(Some(config.clone()))
+        );
         config.token_url = None;
-        assert_eq!(oauth2_credentials(Some(&config)), Ok(None));
+        assert!(matches!(oauth2_credentials(Some(&config)), Ok(None)));
     }
 
     #[test]

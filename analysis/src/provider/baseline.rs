@@ -58,14 +58,38 @@ impl JudgeQuery {
     }
 }
 
+/// Why a metric's `provider.judge` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JudgeSettingsError {
+    #[error("metric {metric:?} has no provider.judge")]
+    NotConfigured { metric: String },
+    #[error("provider.judge of metric {metric:?}: {source}")]
+    Invalid {
+        metric: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("provider.judge.{field} of metric {metric:?} is empty: set it (see the judge example)")]
+    Empty {
+        /// `query`, `canary` or `baseline`.
+        field: &'static str,
+        metric: String,
+    },
+}
+
 /// The judge's query and statistics settings of a metric.
-fn settings(metric: &Metric) -> Result<(JudgeQuery, JudgeConfig), String> {
+fn settings(metric: &Metric) -> Result<(JudgeQuery, JudgeConfig), JudgeSettingsError> {
     let raw = metric
         .provider
         .judge
         .as_ref()
-        .ok_or_else(|| format!("metric {:?} has no provider.judge", metric.name))?;
-    let invalid = |e: serde_json::Error| format!("provider.judge of metric {:?}: {e}", metric.name);
+        .ok_or_else(|| JudgeSettingsError::NotConfigured {
+            metric: metric.name.clone(),
+        })?;
+    let invalid = |source| JudgeSettingsError::Invalid {
+        metric: metric.name.clone(),
+        source,
+    };
     let query: JudgeQuery = serde_json::from_value(raw.clone()).map_err(invalid)?;
     let config: JudgeConfig = serde_json::from_value(raw.clone()).map_err(invalid)?;
     for (field, value) in [
@@ -74,10 +98,10 @@ fn settings(metric: &Metric) -> Result<(JudgeQuery, JudgeConfig), String> {
         ("baseline", &query.baseline),
     ] {
         if value.trim().is_empty() {
-            return Err(format!(
-                "provider.judge.{field} of metric {:?} is empty: set it (see the judge example)",
-                metric.name
-            ));
+            return Err(JudgeSettingsError::Empty {
+                field,
+                metric: metric.name.clone(),
+            });
         }
     }
     Ok((query, config))
@@ -99,7 +123,7 @@ impl BaselineJudgeProvider {
         let now = run.now;
         let (query, config) = match settings(metric) {
             Ok(settings) => settings,
-            Err(message) => return error_measurement(message, now),
+            Err(e) => return error_measurement(e.to_string(), now),
         };
         let (canary_side, baseline_side) = (query.side(&query.canary), query.side(&query.baseline));
         let canary = self.prometheus.query(&canary_side, run);
@@ -132,7 +156,7 @@ impl BaselineJudgeProvider {
         }
         match condition::evaluate_metric(&condition::from_json(&value), metric) {
             Ok(phase) => finished(phase, outcome.reason.clone()),
-            Err(message) => error_measurement(message, now),
+            Err(e) => error_measurement(e.to_string(), now),
         }
     }
 }
@@ -204,12 +228,15 @@ mod tests {
 
     #[test]
     fn missing_sides_are_named() {
-        let err = settings(&metric(json!({"query": "x", "canary": "abc"}))).unwrap_err();
+        let err = settings(&metric(json!({"query": "x", "canary": "abc"})))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("provider.judge.baseline"), "{err}");
         let err = settings(&metric(
             json!({"query": "x", "canary": "a", "baseline": "b", "minSamples": "many"}),
         ))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("provider.judge of metric"), "{err}");
     }
 }

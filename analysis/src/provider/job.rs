@@ -163,16 +163,21 @@ pub fn resume_delay(elapsed: Duration) -> Duration {
     Duration::from_secs_f64((2.0 * elapsed.as_secs_f64()).sqrt())
 }
 
+/// A measurement of a Job metric whose metadata names no Job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("job metadata reference missing")]
+pub struct MissingJobReference;
+
 /// The Job a measurement refers to, from its metadata.
 fn job_reference<'a>(
     measurement: &'a Measurement,
     run_namespace: &'a str,
-) -> Result<(&'a str, &'a str), String> {
+) -> Result<(&'a str, &'a str), MissingJobReference> {
     let name = measurement
         .metadata
         .get(JOB_NAME_KEY)
         .filter(|n| !n.is_empty())
-        .ok_or("job metadata reference missing")?;
+        .ok_or(MissingJobReference)?;
     let namespace = measurement
         .metadata
         .get(JOB_NAMESPACE_KEY)
@@ -285,7 +290,7 @@ impl JobProvider {
         };
         let (namespace, name) = match job_reference(&measurement, run.namespace) {
             Ok((namespace, name)) => (namespace.to_string(), name.to_string()),
-            Err(message) => return fail(measurement, message),
+            Err(e) => return fail(measurement, e.to_string()),
         };
         let job = match self.jobs(&namespace).get(&name).await {
             Ok(job) => serde_json::to_value(job).unwrap_or_default(),
@@ -323,9 +328,9 @@ impl JobProvider {
         let now = run.now;
         let (namespace, name) = match job_reference(&measurement, run.namespace) {
             Ok((namespace, name)) => (namespace.to_string(), name.to_string()),
-            Err(message) => {
+            Err(e) => {
                 measurement.phase = AnalysisPhase::Error;
-                measurement.message = message;
+                measurement.message = e.to_string();
                 measurement.finished_at = Some(Time(now));
                 return measurement;
             }

@@ -14,20 +14,78 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use expr::Value;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use prometheus_http_query::{Client, response::Data};
-use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue, InvalidHeaderValue};
 use rollouts_crds::analysis::{Measurement, Metric, OAuth2Config, PrometheusMetric};
 use rollouts_crds::duration;
 
 use super::{
-    MeasurementFuture, MetricProvider, RunContext, base64, error_measurement, format_sample,
-    oauth2_credentials, oauth2_token,
+    HeaderError, HttpClientError, MeasurementFuture, MetricProvider, OAuth2Error, RunContext,
+    base64, error_measurement, format_sample, metric_headers, oauth2_credentials, oauth2_token,
 };
-use crate::condition;
+use crate::condition::{self, ExpressionError};
 
 /// Metadata key of the query a metric ran, with arguments substituted.
 pub const RESOLVED_QUERY_KEY: &str = "ResolvedPrometheusQuery";
 /// Query timeout when a metric sets none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a Prometheus query gave no answer. Clone (sources shared): every run whose identical
+/// query was coalesced into one request gets the same error.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PrometheusError {
+    #[error("prometheus address is not configured: set provider.prometheus.address")]
+    NoAddress,
+    #[error("prometheus address {address:?} is not a URL: write it as http://host:port")]
+    NotAUrl { address: String },
+    #[error("prometheus timeout should not be negative")]
+    NegativeTimeout,
+    #[error("failed to parse rangeQuery.{field} as time: {source}")]
+    RangeTime {
+        /// `start` or `end`.
+        field: &'static str,
+        #[source]
+        source: Arc<ExpressionError>,
+    },
+    #[error("failed to parse rangeQuery.step as duration: {reason}")]
+    RangeStep { reason: String },
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    #[error("missing mandatory parameter in metric for basic auth setup: {field}")]
+    BasicAuthMissing {
+        /// `username` or `password`.
+        field: &'static str,
+    },
+    #[error("basic auth header: {source}")]
+    BasicAuthHeader {
+        #[source]
+        source: Arc<InvalidHeaderValue>,
+    },
+    #[error(
+        "authentication.sigv4 is not supported by this controller: query Amazon Managed Prometheus through a SigV4 proxy and point provider.prometheus.address at it"
+    )]
+    SigV4Unsupported,
+    #[error(transparent)]
+    OAuth2(#[from] OAuth2Error),
+    #[error("oauth2 token is not a valid header value: {source}")]
+    BearerHeader {
+        #[source]
+        source: Arc<InvalidHeaderValue>,
+    },
+    #[error("{source}")]
+    Client {
+        #[source]
+        source: Arc<prometheus_http_query::Error>,
+    },
+    #[error("prometheus query timed out after {}", duration::format(*.timeout))]
+    Timeout { timeout: Duration },
+    /// The text names every cause (connection refused, DNS, TLS), with the URL's query,
+    /// which can carry a secret, left out.
+    #[error("{}", with_causes(.source.as_ref()))]
+    Query {
+        #[source]
+        source: Arc<prometheus_http_query::Error>,
+    },
+}
 
 /// Queries Prometheus. Holds one HTTP client that verifies TLS and one that does not (for
 /// metrics with `insecure: true`).
@@ -42,7 +100,7 @@ pub struct PrometheusProvider {
 
 impl PrometheusProvider {
     /// A provider with its own HTTP clients (see [`super::install_crypto_provider`]).
-    pub fn new() -> Result<Self, reqwest::Error> {
+    pub fn new() -> Result<Self, HttpClientError> {
         super::install_crypto_provider();
         Ok(Self::with_clients(
             reqwest::Client::builder().build()?,
@@ -79,7 +137,7 @@ impl PrometheusProvider {
         };
         let data = match self.query(config, run).await {
             Ok(data) => data,
-            Err(message) => return error_measurement(message, now),
+            Err(e) => return error_measurement(e.to_string(), now),
         };
         let (value, result) = shape(&data);
         match condition::evaluate_metric(&result, metric) {
@@ -90,7 +148,7 @@ impl PrometheusProvider {
                 finished_at: Some(Time(now)),
                 ..Default::default()
             },
-            Err(message) => error_measurement(message, now),
+            Err(e) => error_measurement(e.to_string(), now),
         }
     }
 
@@ -100,33 +158,42 @@ impl PrometheusProvider {
         &self,
         config: &PrometheusMetric,
         run: RunContext<'_>,
-    ) -> Result<Data, String> {
+    ) -> Result<Data, PrometheusError> {
         let address = config
             .address
             .as_deref()
             .filter(|a| !a.is_empty())
             .or(self.default_address.as_deref())
-            .ok_or("prometheus address is not configured: set provider.prometheus.address")?;
+            .ok_or(PrometheusError::NoAddress)?;
         let url = reqwest::Url::parse(address)
             .ok()
             .filter(|u| !u.scheme().is_empty() && u.host_str().is_some())
-            .ok_or_else(|| {
-                format!("prometheus address {address:?} is not a URL: write it as http://host:port")
+            .ok_or_else(|| PrometheusError::NotAUrl {
+                address: address.to_string(),
             })?;
         let timeout = match config.timeout {
             None => DEFAULT_TIMEOUT,
             Some(seconds) if seconds >= 0 => Duration::from_secs(seconds.unsigned_abs()),
-            Some(_) => return Err("prometheus timeout should not be negative".to_string()),
+            Some(_) => return Err(PrometheusError::NegativeTimeout),
         };
         let window = match &config.range_query {
             None => Window::Instant(run.now.as_second()),
             Some(range) => {
-                let start = condition::eval_time(range.start.as_deref().unwrap_or(""), run.now)
-                    .map_err(|e| format!("failed to parse rangeQuery.start as time: {e}"))?;
-                let end = condition::eval_time(range.end.as_deref().unwrap_or(""), run.now)
-                    .map_err(|e| format!("failed to parse rangeQuery.end as time: {e}"))?;
-                let step = duration::parse(range.step.as_deref().unwrap_or(""))
-                    .map_err(|e| format!("failed to parse rangeQuery.step as duration: {e}"))?;
+                let time = |field, expression: &Option<String>| {
+                    condition::eval_time(expression.as_deref().unwrap_or(""), run.now).map_err(
+                        |source| PrometheusError::RangeTime {
+                            field,
+                            source: Arc::new(source),
+                        },
+                    )
+                };
+                let start = time("start", &range.start)?;
+                let end = time("end", &range.end)?;
+                let step = duration::parse(range.step.as_deref().unwrap_or("")).map_err(|e| {
+                    PrometheusError::RangeStep {
+                        reason: e.to_string(),
+                    }
+                })?;
                 Window::Range {
                     start: start.as_second(),
                     end: end.as_second(),
@@ -228,10 +295,10 @@ struct OAuth2Key {
     scopes: Vec<String>,
 }
 
-type SharedAnswer = Shared<BoxFuture<'static, Result<Data, String>>>;
+type SharedAnswer = Shared<BoxFuture<'static, Result<Data, PrometheusError>>>;
 
 /// Sends one query.
-async fn send(http: reqwest::Client, mut key: QueryKey) -> Result<Data, String> {
+async fn send(http: reqwest::Client, mut key: QueryKey) -> Result<Data, PrometheusError> {
     if let Some(oauth2) = &key.oauth2 {
         let config = OAuth2Config {
             token_url: Some(oauth2.token_url.clone()),
@@ -240,11 +307,16 @@ async fn send(http: reqwest::Client, mut key: QueryKey) -> Result<Data, String> 
             scopes: oauth2.scopes.clone(),
         };
         let token = oauth2_token(&http, &config, key.timeout).await?;
-        let value = HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|e| format!("oauth2 token is not a valid header value: {e}"))?;
+        let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| {
+            PrometheusError::BearerHeader {
+                source: Arc::new(e),
+            }
+        })?;
         key.headers.push((AUTHORIZATION, value));
     }
-    let client = Client::from(http, &key.address).map_err(|e| e.to_string())?;
+    let client = Client::from(http, &key.address).map_err(|e| PrometheusError::Client {
+        source: Arc::new(e),
+    })?;
     let request = match key.window {
         Window::Range {
             start,
@@ -267,11 +339,12 @@ async fn send(http: reqwest::Client, mut key: QueryKey) -> Result<Data, String> 
         }
     };
     match tokio::time::timeout(key.timeout, request).await {
-        Err(_) => Err(format!(
-            "prometheus query timed out after {}",
-            duration::format(key.timeout)
-        )),
-        Ok(Err(e)) => Err(with_causes(&e)),
+        Err(_) => Err(PrometheusError::Timeout {
+            timeout: key.timeout,
+        }),
+        Ok(Err(e)) => Err(PrometheusError::Query {
+            source: Arc::new(e),
+        }),
         Ok(Ok(answer)) => Ok(answer.into_inner().0),
     }
 }
@@ -304,15 +377,10 @@ fn with_causes(error: &dyn std::error::Error) -> String {
 }
 
 /// The metric's headers plus basic authentication, checked.
-fn request_headers(config: &PrometheusMetric) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
-    let mut headers = Vec::new();
-    for header in &config.headers {
-        let name = HeaderName::from_bytes(header.key.as_bytes())
-            .map_err(|e| format!("header {:?} is not a valid header name: {e}", header.key))?;
-        let value = HeaderValue::from_str(&header.value)
-            .map_err(|e| format!("header {:?} has an invalid value: {e}", header.key))?;
-        headers.push((name, value));
-    }
+fn request_headers(
+    config: &PrometheusMetric,
+) -> Result<Vec<(HeaderName, HeaderValue)>, PrometheusError> {
+    let mut headers = metric_headers(&config.headers)?;
     let Some(auth) = &config.authentication else {
         return Ok(headers);
     };
@@ -321,18 +389,17 @@ fn request_headers(config: &PrometheusMetric) -> Result<Vec<(HeaderName, HeaderV
         let password = basic.password.as_deref().unwrap_or("");
         if !username.is_empty() || !password.is_empty() {
             if username.is_empty() {
-                return Err(
-                    "missing mandatory parameter in metric for basic auth setup: username".into(),
-                );
+                return Err(PrometheusError::BasicAuthMissing { field: "username" });
             }
             if password.is_empty() {
-                return Err(
-                    "missing mandatory parameter in metric for basic auth setup: password".into(),
-                );
+                return Err(PrometheusError::BasicAuthMissing { field: "password" });
             }
             let token = base64(format!("{username}:{password}").as_bytes());
-            let value = HeaderValue::from_str(&format!("Basic {token}"))
-                .map_err(|e| format!("basic auth header: {e}"))?;
+            let value = HeaderValue::from_str(&format!("Basic {token}")).map_err(|e| {
+                PrometheusError::BasicAuthHeader {
+                    source: Arc::new(e),
+                }
+            })?;
             headers.push((AUTHORIZATION, value));
         }
     }
@@ -343,7 +410,7 @@ fn request_headers(config: &PrometheusMetric) -> Result<Vec<(HeaderName, HeaderV
             .as_ref()
             .is_some_and(|s| s != &Default::default())
     {
-        return Err("authentication.sigv4 is not supported by this controller: query Amazon Managed Prometheus through a SigV4 proxy and point provider.prometheus.address at it".into());
+        return Err(PrometheusError::SigV4Unsupported);
     }
     Ok(headers)
 }

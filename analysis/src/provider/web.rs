@@ -5,17 +5,56 @@ use std::time::Duration;
 
 use expr::Value;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use rollouts_crds::analysis::{Measurement, Metric, WebMetric};
 
 use super::{
-    MeasurementFuture, MetricProvider, RunContext, base64, error_measurement, oauth2_credentials,
-    oauth2_token,
+    HeaderError, HttpClientError, MeasurementFuture, MetricProvider, OAuth2Error, RunContext,
+    base64, error_measurement, metric_headers, oauth2_credentials, oauth2_token,
 };
 use crate::condition;
 
 /// Request timeout when a metric sets none (or 0).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a web metric's request gave no body to measure.
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    #[error("use either Body or JSONBody; both cannot exists for WebMetric payload")]
+    BodyAndJsonBody,
+    #[error("Body/JSONBody can only be used with POST or PUT WebMetric Method types")]
+    BodyWithGet,
+    #[error("method {method:?} is not an HTTP method: use GET, POST or PUT")]
+    NotAMethod { method: String },
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    #[error(transparent)]
+    OAuth2(#[from] OAuth2Error),
+    #[error(transparent)]
+    Request(reqwest::Error),
+    #[error("received non 2xx response code: {code}")]
+    Status { code: u16 },
+    #[error("Received no bytes in response: {source}")]
+    NoBytes {
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+/// Why a JSONPath picked no value out of a web metric's answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonPathError {
+    #[error("JSONPath {template:?} is not supported: {why}")]
+    Unsupported { template: String, why: &'static str },
+    #[error("Could not find JSONPath in body: {template} selects nothing at {step}")]
+    SelectsNothing {
+        template: String,
+        /// The step that selected nothing, as written by `Debug`.
+        step: String,
+    },
+    #[error("result of web metric produced no value")]
+    NoValue,
+}
 
 /// Sends web metric requests. Holds one HTTP client that verifies TLS and one that does not.
 #[derive(Clone, Debug)]
@@ -31,7 +70,7 @@ impl WebProvider {
     }
 
     /// A provider with its own HTTP clients (see [`super::install_crypto_provider`]).
-    pub fn new() -> Result<Self, reqwest::Error> {
+    pub fn new() -> Result<Self, HttpClientError> {
         super::install_crypto_provider();
         Ok(Self::with_clients(
             reqwest::Client::builder().build()?,
@@ -48,7 +87,7 @@ impl WebProvider {
         };
         let body = match self.fetch(web).await {
             Ok(body) => body,
-            Err(message) => return error_measurement(message, now),
+            Err(e) => return error_measurement(e.to_string(), now),
         };
         let (value, result) = match serde_json::from_slice::<serde_json::Value>(&body) {
             Err(_) => {
@@ -63,7 +102,7 @@ impl WebProvider {
                     .unwrap_or("{$}");
                 match find(&document, path) {
                     Ok(found) => (found.to_string(), condition::from_json(&found)),
-                    Err(message) => return error_measurement(message, now),
+                    Err(e) => return error_measurement(e.to_string(), now),
                 }
             }
         };
@@ -75,12 +114,12 @@ impl WebProvider {
                 finished_at: Some(Time(now)),
                 ..Default::default()
             },
-            Err(message) => error_measurement(message, now),
+            Err(e) => error_measurement(e.to_string(), now),
         }
     }
 
     /// Sends the request; the response body of a 2xx answer, or the reason it failed.
-    async fn fetch(&self, web: &WebMetric) -> Result<Vec<u8>, String> {
+    async fn fetch(&self, web: &WebMetric) -> Result<Vec<u8>, WebError> {
         let method = web
             .method
             .as_deref()
@@ -88,18 +127,15 @@ impl WebProvider {
             .unwrap_or("GET");
         let text_body = web.body.as_deref().filter(|b| !b.is_empty());
         if text_body.is_some() && web.json_body.is_some() {
-            return Err(
-                "use either Body or JSONBody; both cannot exists for WebMetric payload".into(),
-            );
+            return Err(WebError::BodyAndJsonBody);
         }
         if (text_body.is_some() || web.json_body.is_some()) && method == "GET" {
-            return Err(
-                "Body/JSONBody can only be used with POST or PUT WebMetric Method types".into(),
-            );
+            return Err(WebError::BodyWithGet);
         }
-        let method = reqwest::Method::from_bytes(method.as_bytes()).map_err(|_| {
-            format!("method {method:?} is not an HTTP method: use GET, POST or PUT")
-        })?;
+        let method =
+            reqwest::Method::from_bytes(method.as_bytes()).map_err(|_| WebError::NotAMethod {
+                method: method.to_string(),
+            })?;
         let client = if web.insecure == Some(true) {
             &self.insecure
         } else {
@@ -110,11 +146,7 @@ impl WebProvider {
             _ => DEFAULT_TIMEOUT,
         };
         let mut request = client.request(method, &web.url).timeout(timeout);
-        for header in &web.headers {
-            let name = HeaderName::from_bytes(header.key.as_bytes())
-                .map_err(|e| format!("header {:?} is not a valid header name: {e}", header.key))?;
-            let value = HeaderValue::from_str(&header.value)
-                .map_err(|e| format!("header {:?} has an invalid value: {e}", header.key))?;
+        for (name, value) in metric_headers(&web.headers)? {
             request = request.header(name, value);
         }
         if let Some(auth) = &web.authentication {
@@ -138,19 +170,18 @@ impl WebProvider {
                 .header(CONTENT_TYPE, "application/json")
                 .body(json.to_string());
         }
-        let response = request.send().await.map_err(|e| e.to_string())?;
+        let response = request.send().await.map_err(WebError::Request)?;
         let status = response.status();
         if !status.is_success() {
-            return Err(format!(
-                "received non 2xx response code: {}",
-                status.as_u16()
-            ));
+            return Err(WebError::Status {
+                code: status.as_u16(),
+            });
         }
         response
             .bytes()
             .await
             .map(|b| b.to_vec())
-            .map_err(|e| format!("Received no bytes in response: {e}"))
+            .map_err(|source| WebError::NoBytes { source })
     }
 }
 
@@ -164,8 +195,11 @@ enum Step {
 
 /// Parses the Kubernetes JSONPath subset web metrics use: `{$}`, `{$.a.b}`, `{.a[0].b}`,
 /// `{$.a['b-c']}`, `{.items[*].x}`, `{.items[-1]}`.
-fn parse_path(template: &str) -> Result<Vec<Step>, String> {
-    let unsupported = |why: &str| format!("JSONPath {template:?} is not supported: {why}");
+fn parse_path(template: &str) -> Result<Vec<Step>, JsonPathError> {
+    let unsupported = |why: &'static str| JsonPathError::Unsupported {
+        template: template.to_string(),
+        why,
+    };
     let inner = template
         .trim()
         .strip_prefix('{')
@@ -212,7 +246,7 @@ fn parse_path(template: &str) -> Result<Vec<Step>, String> {
 }
 
 /// The first value the JSONPath selects in `document`.
-fn find(document: &serde_json::Value, template: &str) -> Result<serde_json::Value, String> {
+fn find(document: &serde_json::Value, template: &str) -> Result<serde_json::Value, JsonPathError> {
     let steps = parse_path(template)?;
     let mut current = vec![document];
     for step in &steps {
@@ -232,16 +266,17 @@ fn find(document: &serde_json::Value, template: &str) -> Result<serde_json::Valu
             }
         }
         if next.is_empty() {
-            return Err(format!(
-                "Could not find JSONPath in body: {template} selects nothing at {step:?}"
-            ));
+            return Err(JsonPathError::SelectsNothing {
+                template: template.to_string(),
+                step: format!("{step:?}"),
+            });
         }
         current = next;
     }
     current
         .first()
         .map(|v| (*v).clone())
-        .ok_or_else(|| "result of web metric produced no value".to_string())
+        .ok_or(JsonPathError::NoValue)
 }
 
 impl MetricProvider for WebProvider {
@@ -275,12 +310,19 @@ mod tests {
         assert!(
             find(&doc, "{.data.missing}")
                 .unwrap_err()
+                .to_string()
                 .contains("selects nothing")
         );
-        assert!(find(&doc, "$.data").unwrap_err().contains("not supported"));
+        assert!(
+            find(&doc, "$.data")
+                .unwrap_err()
+                .to_string()
+                .contains("not supported")
+        );
         assert!(
             find(&doc, "{.items[?(@.x==1)]}")
                 .unwrap_err()
+                .to_string()
                 .contains("not supported")
         );
     }

@@ -11,20 +11,48 @@ use rollouts_crds::analysis::{AnalysisRun, AnalysisRunSpec};
 use super::context::AnalysisContext;
 use super::{Error, Result};
 
+/// A `fieldRef` argument whose path is not one of the run's metadata fields; the run ends in
+/// Error with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "Unable to resolve metric arguments: spec.args[{index}].valueFrom.fieldRef.fieldPath {path:?} (argument {argument:?}) is not a field of the AnalysisRun's metadata: use metadata.name, metadata.namespace, metadata.uid, metadata.labels['<key>'] or metadata.annotations['<key>']"
+)]
+pub struct UnsupportedFieldRef {
+    /// The argument's index in `spec.args`.
+    pub index: usize,
+    pub path: String,
+    pub argument: String,
+}
+
+/// Why a `secretKeyRef` argument has no value; the run ends in Error with this reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error(
+        "secret {secret:?} not found in namespace {namespace}: create it or fix valueFrom.secretKeyRef.name"
+    )]
+    NotFound { secret: String, namespace: String },
+    #[error(
+        "key '{key}' does not exist in secret '{secret}': add it or fix valueFrom.secretKeyRef.key"
+    )]
+    MissingKey { secret: String, key: String },
+    /// Never seen: every secretKeyRef of the spec is read before arguments are resolved.
+    #[error("not read")]
+    NotRead,
+}
+
 /// The run's spec with `fieldRef` arguments turned into values read from the run's own
 /// metadata, as Kubernetes' downward API reads them; an unsupported path ends the run in Error.
-pub fn field_refs_resolved(run: &AnalysisRun) -> Result<AnalysisRunSpec, String> {
+pub fn field_refs_resolved(run: &AnalysisRun) -> Result<AnalysisRunSpec, UnsupportedFieldRef> {
     let mut spec = run.spec.clone();
     for (index, arg) in spec.args.iter_mut().enumerate() {
         let Some(field_ref) = arg.value_from.as_ref().and_then(|f| f.field_ref.as_ref()) else {
             continue;
         };
         let path = field_ref.field_path.clone();
-        let value = metadata_field(run, &path).ok_or_else(|| {
-            format!(
-                "Unable to resolve metric arguments: spec.args[{index}].valueFrom.fieldRef.fieldPath {path:?} (argument {:?}) is not a field of the AnalysisRun's metadata: use metadata.name, metadata.namespace, metadata.uid, metadata.labels['<key>'] or metadata.annotations['<key>']",
-                arg.name
-            )
+        let value = metadata_field(run, &path).ok_or_else(|| UnsupportedFieldRef {
+            index,
+            path: path.clone(),
+            argument: arg.name.clone(),
         })?;
         arg.value = Some(value);
         arg.value_from = None;
@@ -70,7 +98,7 @@ pub(super) async fn read_secrets(
     namespace: &str,
     spec: &AnalysisRunSpec,
     ctx: &AnalysisContext,
-) -> Result<BTreeMap<(String, String), Result<String, String>>> {
+) -> Result<BTreeMap<(String, String), Result<String, SecretError>>> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let mut read: BTreeMap<String, Option<Secret>> = BTreeMap::new();
     let mut values = BTreeMap::new();
@@ -96,20 +124,18 @@ pub(super) async fn read_secrets(
             read.insert(reference.name.clone(), secret);
         }
         let value = match read.get(&reference.name).and_then(Option::as_ref) {
-            None => Err(format!(
-                "secret {:?} not found in namespace {namespace}: create it or fix valueFrom.secretKeyRef.name",
-                reference.name
-            )),
+            None => Err(SecretError::NotFound {
+                secret: reference.name.clone(),
+                namespace: namespace.to_string(),
+            }),
             Some(secret) => secret
                 .data
                 .as_ref()
                 .and_then(|data| data.get(&reference.key))
                 .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
-                .ok_or_else(|| {
-                    format!(
-                        "key '{}' does not exist in secret '{}': add it or fix valueFrom.secretKeyRef.key",
-                        reference.key, reference.name
-                    )
+                .ok_or_else(|| SecretError::MissingKey {
+                    secret: reference.name.clone(),
+                    key: reference.key.clone(),
                 }),
         };
         values.insert((reference.name.clone(), reference.key.clone()), value);
@@ -179,7 +205,9 @@ mod tests {
             field_arg("ok", "metadata.name"),
             field_arg("replicas", "spec.replicas"),
         ]);
-        let message = field_refs_resolved(&run).expect_err("spec paths are not metadata");
+        let message = field_refs_resolved(&run)
+            .expect_err("spec paths are not metadata")
+            .to_string();
         assert!(
             message.contains("spec.args[1].valueFrom.fieldRef.fieldPath \"spec.replicas\""),
             "{message}"

@@ -6,10 +6,25 @@ use std::sync::{Mutex, PoisonError};
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
-use rollouts_analysis::provider::{JobProvider, PrometheusProvider, WebProvider};
+use rollouts_analysis::provider::{HttpClientError, JobProvider, PrometheusProvider, WebProvider};
 
 use super::AnalysisRunMetrics;
 use crate::context::CONTROLLER_NAME;
+
+/// Why the AnalysisRun controller cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot build the Prometheus HTTP client: {source}")]
+    PrometheusClient {
+        #[source]
+        source: HttpClientError,
+    },
+    #[error("cannot build the Web HTTP client: {source}")]
+    WebClient {
+        #[source]
+        source: HttpClientError,
+    },
+}
 
 /// Shared by every AnalysisRun reconcile: the client, events, providers and bookkeeping.
 pub struct AnalysisContext {
@@ -41,11 +56,10 @@ impl AnalysisContext {
         client: Client,
         default_prometheus_address: Option<String>,
         metrics: AnalysisRunMetrics,
-    ) -> Result<Self, String> {
-        let prometheus_base = PrometheusProvider::new()
-            .map_err(|e| format!("cannot build the Prometheus HTTP client: {e}"))?;
-        let web =
-            WebProvider::new().map_err(|e| format!("cannot build the Web HTTP client: {e}"))?;
+    ) -> Result<Self, SetupError> {
+        let prometheus_base =
+            PrometheusProvider::new().map_err(|source| SetupError::PrometheusClient { source })?;
+        let web = WebProvider::new().map_err(|source| SetupError::WebClient { source })?;
         let reporter = Reporter {
             controller: CONTROLLER_NAME.to_string(),
             instance: std::env::var("POD_NAME").ok(),

@@ -10,7 +10,7 @@ use rollouts_crds::analysis::{AnalysisRun, AnalysisRunSpec, AnalysisRunStatus, M
 use serde_json::Value;
 
 use super::Result;
-use super::arguments::read_secrets;
+use super::arguments::{SecretError, read_secrets};
 use super::context::AnalysisContext;
 
 /// Takes the measurements of `schedule` (secrets read first, only when one is due) and
@@ -33,7 +33,8 @@ pub(super) async fn measure(
         secrets
             .get(&(secret.name.clone(), secret.key.clone()))
             .cloned()
-            .unwrap_or_else(|| Err("not read".to_string()))
+            .unwrap_or(Err(SecretError::NotRead))
+            .map_err(|e| e.to_string())
     }) {
         Ok(values) => values,
         Err(e) => {
@@ -96,9 +97,9 @@ async fn take(
                 let judge = BaselineJudgeProvider::new(ctx.prometheus_for(address));
                 take_with(ctx, &judge, run, task, &metric).await
             }
-            Err(message) => {
+            Err(e) => {
                 ctx.metrics.measured("Unknown", "Error");
-                provider::provider_failed(task, message, run.now)
+                provider::provider_failed(task, e.to_string(), run.now)
             }
         },
     };
@@ -128,8 +129,25 @@ pub enum ProviderKind {
     Judge,
 }
 
+/// Why no provider of this controller can measure a metric; the run records it as an Error
+/// measurement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderChoiceError {
+    #[error(
+        "metric {metric:?}: provider.{provider} is not supported by this controller: measure it with provider.prometheus, web, job or judge"
+    )]
+    Unsupported { metric: String, provider: String },
+    #[error("metric {metric:?} has no provider: set one of provider.prometheus, web, job or judge")]
+    NoProvider { metric: String },
+    #[error("metric {metric:?} sets several providers ({}): keep exactly one", .providers.join(", "))]
+    SeveralProviders {
+        metric: String,
+        providers: Vec<String>,
+    },
+}
+
 /// Which provider measures `metric`, or why none can.
-pub fn provider_kind(metric: &Metric) -> Result<ProviderKind, String> {
+pub fn provider_kind(metric: &Metric) -> Result<ProviderKind, ProviderChoiceError> {
     let configured = metric.provider.configured();
     match configured.as_slice() {
         [one] => match one.as_str() {
@@ -137,20 +155,18 @@ pub fn provider_kind(metric: &Metric) -> Result<ProviderKind, String> {
             "web" => Ok(ProviderKind::Web),
             "job" => Ok(ProviderKind::Job),
             "judge" => Ok(ProviderKind::Judge),
-            other => Err(format!(
-                "metric {:?}: provider.{other} is not supported by this controller: measure it with provider.prometheus, web, job or judge",
-                metric.name
-            )),
+            other => Err(ProviderChoiceError::Unsupported {
+                metric: metric.name.clone(),
+                provider: other.to_string(),
+            }),
         },
-        [] => Err(format!(
-            "metric {:?} has no provider: set one of provider.prometheus, web, job or judge",
-            metric.name
-        )),
-        many => Err(format!(
-            "metric {:?} sets several providers ({}): keep exactly one",
-            metric.name,
-            many.join(", ")
-        )),
+        [] => Err(ProviderChoiceError::NoProvider {
+            metric: metric.name.clone(),
+        }),
+        many => Err(ProviderChoiceError::SeveralProviders {
+            metric: metric.name.clone(),
+            providers: many.to_vec(),
+        }),
     }
 }
 
@@ -189,18 +205,24 @@ mod tests {
             datadog: Some(serde_json::json!({})),
             ..Providers::default()
         };
-        let message = provider_kind(&metric(datadog)).expect_err("not implemented here");
+        let message = provider_kind(&metric(datadog))
+            .expect_err("not implemented here")
+            .to_string();
         assert!(
             message.contains("provider.datadog is not supported"),
             "{message}"
         );
-        let message = provider_kind(&metric(Providers::default())).expect_err("none set");
+        let message = provider_kind(&metric(Providers::default()))
+            .expect_err("none set")
+            .to_string();
         assert!(message.contains("has no provider"), "{message}");
         let both = Providers {
             web: Some(WebMetric::default()),
             ..prometheus
         };
-        let message = provider_kind(&metric(both)).expect_err("two set");
+        let message = provider_kind(&metric(both))
+            .expect_err("two set")
+            .to_string();
         assert!(message.contains("prometheus, web"), "{message}");
     }
 }

@@ -33,9 +33,9 @@ use rollouts_crds::analysis::AnalysisRun;
 
 use crate::cli::Flags;
 
-pub use arguments::field_refs_resolved;
-pub use context::AnalysisContext;
-pub use measure::{ProviderKind, provider_kind};
+pub use arguments::{SecretError, UnsupportedFieldRef, field_refs_resolved};
+pub use context::{AnalysisContext, SetupError};
+pub use measure::{ProviderChoiceError, ProviderKind, provider_kind};
 pub use metrics::AnalysisRunMetrics;
 pub use reconcile::{error_policy, next_look, reconcile};
 pub use status::status_patch;
@@ -144,7 +144,7 @@ pub async fn run(
     options: Options,
     metrics: AnalysisRunMetrics,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
-) -> Result<(), String> {
+) -> Result<(), SetupError> {
     let runs: Api<AnalysisRun> = match &options.namespace {
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),

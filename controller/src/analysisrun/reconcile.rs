@@ -97,7 +97,7 @@ async fn reconcile_run(
     let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
     let status = run.status.clone().unwrap_or_default();
     let outcome = match field_refs_resolved(run) {
-        Err(message) => engine::invalid(&status, &message, now),
+        Err(e) => engine::invalid(&status, &e.to_string(), now),
         Ok(spec) => match engine::plan(&spec, &status, now) {
             Plan::Completed => return Ok(Action::await_change()),
             Plan::Invalid { message } => engine::invalid(&status, &message, now),
