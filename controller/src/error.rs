@@ -30,22 +30,6 @@ pub enum Error {
         source: Box<kube::Error>,
     },
 
-    #[error("cannot list the ReplicaSets of Rollout {namespace}/{name}: {source}")]
-    ListReplicaSets {
-        namespace: String,
-        name: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
-
-    #[error("cannot list the AnalysisRuns of Rollout {namespace}/{name}: {source}")]
-    ListAnalysisRuns {
-        namespace: String,
-        name: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
-
     #[error("cannot read Rollout {namespace}/{name}: {source}")]
     GetRollout {
         namespace: String,
@@ -184,9 +168,7 @@ impl Error {
             Error::Kubeconfig { .. } => "kubeconfig",
             Error::CrdNotInstalled { .. } => "crd_not_installed",
             Error::StartupList { .. } => "startup_list",
-            Error::ListReplicaSets { .. } => "list_replicasets",
             Error::PatchStatus { .. } => "patch_status",
-            Error::ListAnalysisRuns { .. } => "list_analysisruns",
             Error::GetRollout { .. } => "get_rollout",
             Error::Write { .. } => "write",
             Error::Read { .. } => "read",

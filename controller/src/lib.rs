@@ -1,6 +1,6 @@
-//! The rollout controller: the pure planner that decides each Rollout's next move, the act phase
-//! that applies it, and the runtime shell around them (flags, watches, leader election, metrics,
-//! health).
+//! The rollout controller: the observe phase that reads what a Rollout's plan needs, the pure
+//! planner that decides its next move, the act phase that applies it, and the runtime shell
+//! around them (flags, watches, leader election, metrics, health).
 
 pub mod act;
 pub mod analysisrun;
@@ -10,6 +10,7 @@ pub mod error;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod observe;
 pub mod owned_cache;
 pub mod planner;
 pub mod reconcile;

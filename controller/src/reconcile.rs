@@ -1,34 +1,27 @@
-//! Reconciling one Rollout: observe it, its ReplicaSets and its AnalysisRuns, refuse an invalid
-//! spec (the `InvalidSpec` condition and a Warning event), otherwise plan and act
-//! ([`apply_plan`]). `error_policy` logs, counts and backs off.
+//! Reconciling one Rollout: refuse an invalid spec (the `InvalidSpec` condition and a Warning
+//! event), otherwise observe ([`crate::observe`]), plan ([`crate::planner::plan`]) and act
+//! ([`crate::act::apply`]). `error_policy` logs, counts and backs off.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use rollouts_crds::FieldError;
-use rollouts_crds::analysis::AnalysisRun;
 use rollouts_crds::conditions;
-use rollouts_crds::rollout::{
-    DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, ROLLOUT_CANARY_STEP_INDEX_LABEL, ROLLOUT_TYPE_LABEL, Rollout,
-};
+use rollouts_crds::rollout::Rollout;
 use rollouts_crds::validation;
 use rollouts_traffic::TrafficRouter;
 use tracing::instrument;
 
-use crate::act::{self, LiveServices};
+use crate::act;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::planner::{
-    self, Observed, ObservedAnalysisRun, ObservedDeployment, ObservedPod, ObservedReplicaSet,
-};
+use crate::observe::{self, LiveServices};
+use crate::planner::{self, Observed};
 use crate::status_patch;
 
 /// How soon an invalid Rollout is looked at again: the cause may be timing (a Service applied
@@ -109,8 +102,8 @@ async fn reconcile_rollout(rollout: &Rollout, namespace: &str, ctx: &Context) ->
         tracing::debug!(%lagging, "the watch cache does not show our last write yet");
         return Ok(Action::requeue(CACHE_CATCH_UP));
     }
-    let (observed, services) = observe(rollout, namespace, &routers, ctx).await?;
-    apply_plan(rollout, &observed, &services, &routers, ctx).await
+    let (observed, services) = observe::observe(rollout, namespace, &routers, ctx).await?;
+    apply_plan(rollout, observed, &services, &routers, ctx).await
 }
 
 /// Everything that stops the controller acting on this spec: Argo's validation and the
@@ -121,19 +114,27 @@ pub fn spec_findings(rollout: &Rollout) -> Vec<FieldError> {
     findings
 }
 
-/// Plans the Rollout's next move from what was observed and applies it. A strategy the
-/// planner does not plan yet still gets `observedGeneration` and a `conditions` list.
+/// Plans the Rollout's next move from what was observed and applies it. Analysis templates are
+/// read only when the plan starts a run; the Rollout is then planned again with them, at the
+/// same instant, so a missing template is a planned `InvalidSpec`.
 pub async fn apply_plan(
     rollout: &Rollout,
-    observed: &Observed,
+    mut observed: Observed,
     services: &LiveServices,
     routers: &[Box<dyn TrafficRouter>],
     ctx: &Context,
 ) -> Result<Action> {
-    // With workloadRef, the ReplicaSets are built from the Deployment's template.
-    let resolved = planner::workload_ref::resolve(rollout, observed).ok();
-    let rollout = resolved.as_deref().unwrap_or(rollout);
-    let plan = planner::coalesce::plan(rollout, observed, Timestamp::now());
+    let now = Timestamp::now();
+    let (mut resolved, mut plan) = planner::plan(rollout, &observed, now);
+    if plan
+        .create_analysis_runs
+        .iter()
+        .any(|run| run.spec.is_none())
+    {
+        let namespace = rollout.namespace().unwrap_or_default();
+        observed.analysis_templates = observe::templates(rollout, &namespace, ctx).await?;
+        (resolved, plan) = planner::plan(rollout, &observed, now);
+    }
     tracing::debug!(
         replica_sets = observed.replica_sets.len(),
         analysis_runs = observed.analysis_runs.len(),
@@ -144,12 +145,7 @@ pub async fn apply_plan(
         events = ?plan.events.iter().map(|event| event.reason.as_str()).collect::<Vec<_>>(),
         "planned"
     );
-    let status = if plan.status.observed_generation == status_patch::observed_generation(rollout) {
-        plan.status.clone()
-    } else {
-        status_patch::observed_status(rollout)
-    };
-    act::apply(rollout, observed, services, routers, &plan, &status, ctx).await
+    act::apply(&resolved, &observed, services, routers, &plan, ctx).await
 }
 
 /// Writes the `InvalidSpec` condition; the Warning event goes out only when the status
@@ -190,218 +186,6 @@ async fn record_invalid_spec(
         }
     }
     Ok(())
-}
-
-/// Reads the ReplicaSets and AnalysisRuns the Rollout controls (by owner UID) from the watch
-/// caches, ReplicaSets narrowed by its selector labels, and GETs the Services its spec names:
-/// a Rollout is reconciled only while something moves, so reading them fresh costs nothing at
-/// rest, where a cache would hold every Service in scope.
-async fn observe(
-    rollout: &Rollout,
-    namespace: &str,
-    routers: &[Box<dyn TrafficRouter>],
-    ctx: &Context,
-) -> Result<(Observed, LiveServices)> {
-    let uid = rollout.uid().unwrap_or_default();
-    let replica_sets: Vec<ObservedReplicaSet> = ctx
-        .caches
-        .replica_sets
-        .owned_by(&uid)
-        .iter()
-        .filter(|rs| selected_by(rollout, rs.labels()))
-        .map(|rs| observed_replica_set(rs))
-        .collect();
-    let analysis_runs = ctx
-        .caches
-        .analysis_runs
-        .owned_by(&uid)
-        .iter()
-        .map(|run| observed_analysis_run(run))
-        .collect();
-    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
-    let mut services = LiveServices::new();
-    let mut missing_services = BTreeSet::new();
-    for (_, service) in act::named_services(rollout) {
-        match service_api.get_opt(&service).await {
-            Ok(Some(live)) => {
-                services.insert(service, live);
-            }
-            Ok(None) => {
-                missing_services.insert(service);
-            }
-            Err(source) => {
-                return Err(Error::Read {
-                    kind: "Service",
-                    namespace: namespace.to_string(),
-                    object: service,
-                    rollout: rollout.name_any(),
-                    source: Box::new(source),
-                });
-            }
-        }
-    }
-    let (restart_pods, workload) =
-        observe_restart_and_workload(rollout, &replica_sets, ctx).await?;
-    // Every field named: a field the planner adds must be observed here, not defaulted.
-    let observed = Observed {
-        replica_sets,
-        analysis_runs,
-        missing_services,
-        traffic_weight_verified: act::verify_recorded_weight(rollout, routers).await?,
-        restart_pods,
-        workload,
-    };
-    Ok((observed, services))
-}
-
-/// The pods a pending `spec.restartAt` restart needs (listed by the ReplicaSet selector, kept
-/// when one of `replica_sets` controls them; not listed otherwise, as pods are not watched) and
-/// the Deployment `spec.workloadRef` names (read by name; `None` when it does not exist).
-async fn observe_restart_and_workload(
-    rollout: &Rollout,
-    replica_sets: &[ObservedReplicaSet],
-    ctx: &Context,
-) -> Result<(Option<Vec<ObservedPod>>, Option<ObservedDeployment>)> {
-    let namespace = rollout.namespace().unwrap_or_default();
-    let read_error = |kind: &'static str, object: String| {
-        let namespace = namespace.clone();
-        move |source: kube::Error| Error::Read {
-            kind,
-            namespace,
-            object,
-            rollout: rollout.name_any(),
-            source: Box::new(source),
-        }
-    };
-    let mut restart_pods = None;
-    if planner::restart::needs_restart(rollout, Timestamp::now()) {
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-        let params = ListParams::default().labels(&replica_set_selector(rollout));
-        let list = api
-            .list(&params)
-            .await
-            .map_err(read_error("Pod", replica_set_selector(rollout)))?;
-        let controlled = |pod: &&Pod| {
-            pod.owner_references().iter().any(|owner| {
-                owner.controller == Some(true)
-                    && owner.kind == "ReplicaSet"
-                    && replica_sets.iter().any(|rs| rs.name == owner.name)
-            })
-        };
-        let pods = list
-            .items
-            .iter()
-            .filter(controlled)
-            .map(observed_pod)
-            .collect();
-        restart_pods = Some(pods);
-    }
-    let mut workload = None;
-    if let Some(name) = planner::workload_ref::deployment_name(rollout) {
-        let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
-        let found = api
-            .get_opt(name)
-            .await
-            .map_err(read_error("Deployment", name.to_string()))?;
-        workload = found.map(|deployment| observed_deployment(&deployment));
-    }
-    Ok((restart_pods, workload))
-}
-
-fn observed_pod(pod: &Pod) -> ObservedPod {
-    let replica_set = pod
-        .owner_references()
-        .iter()
-        .find(|owner| owner.controller == Some(true))
-        .map(|owner| owner.name.clone())
-        .unwrap_or_default();
-    let ready_since = pod
-        .status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .and_then(|conditions| {
-            conditions
-                .iter()
-                .find(|condition| condition.type_ == "Ready" && condition.status == "True")
-        })
-        .map(|condition| {
-            condition
-                .last_transition_time
-                .as_ref()
-                .map_or(Timestamp::UNIX_EPOCH, |time| time.0)
-        });
-    ObservedPod {
-        name: pod.name_any(),
-        replica_set,
-        created: pod
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(Timestamp::UNIX_EPOCH, |time| time.0),
-        ready_since,
-        terminating: pod.metadata.deletion_timestamp.is_some(),
-    }
-}
-
-fn observed_deployment(deployment: &Deployment) -> ObservedDeployment {
-    let spec = deployment.spec.as_ref();
-    let template = spec
-        .and_then(|spec| serde_json::to_value(&spec.template).ok())
-        .and_then(|template| match template {
-            serde_json::Value::Object(map) => Some(map),
-            _ => None,
-        });
-    ObservedDeployment {
-        name: deployment.name_any(),
-        replicas: spec.and_then(|spec| spec.replicas).unwrap_or(1),
-        template,
-        selector: spec.map(|spec| spec.selector.clone()),
-    }
-}
-
-/// The ReplicaSet carries every label of the Rollout's `selector.matchLabels` (the watch
-/// already asked for the `rollouts-pod-template-hash` label), as the LIST by
-/// [`replica_set_selector`] did.
-fn selected_by(rollout: &Rollout, labels: &BTreeMap<String, String>) -> bool {
-    rollout
-        .spec
-        .selector
-        .as_ref()
-        .and_then(|selector| selector.match_labels.as_ref())
-        .is_none_or(|wanted| {
-            wanted
-                .iter()
-                .all(|(key, value)| labels.get(key) == Some(value))
-        })
-}
-
-fn observed_analysis_run(run: &AnalysisRun) -> ObservedAnalysisRun {
-    let status = run.status.clone().unwrap_or_default();
-    ObservedAnalysisRun {
-        name: run.name_any(),
-        pod_template_hash: run
-            .labels()
-            .get(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY)
-            .cloned()
-            .unwrap_or_default(),
-        step_index: run
-            .labels()
-            .get(ROLLOUT_CANARY_STEP_INDEX_LABEL)
-            .and_then(|index| index.parse().ok()),
-        phase: status.phase,
-        message: status.message,
-        terminating: run.spec.terminate,
-        rollout_type: run
-            .labels()
-            .get(ROLLOUT_TYPE_LABEL)
-            .cloned()
-            .unwrap_or_default(),
-        created: run
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(Timestamp::UNIX_EPOCH, |time| time.0),
-    }
 }
 
 /// The routers of `spec.strategy.canary.trafficRouting` once they can be acted on; none without
@@ -471,132 +255,15 @@ async fn ready_routers(
     }
 }
 
-/// `rollouts-pod-template-hash` plus the selector's matchLabels: only our ReplicaSets come back.
-pub fn replica_set_selector(rollout: &Rollout) -> String {
-    let mut terms = vec![DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY.to_string()];
-    if let Some(labels) = rollout
-        .spec
-        .selector
-        .as_ref()
-        .and_then(|selector| selector.match_labels.as_ref())
-    {
-        terms.extend(labels.iter().map(|(key, value)| format!("{key}={value}")));
-    }
-    terms.join(",")
-}
-
-fn observed_replica_set(rs: &ReplicaSet) -> ObservedReplicaSet {
-    let status = rs.status.clone().unwrap_or_default();
-    ObservedReplicaSet {
-        name: rs.name_any(),
-        pod_template_hash: rs
-            .labels()
-            .get(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY)
-            .cloned()
-            .unwrap_or_default(),
-        replicas: rs.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1),
-        current_replicas: status.replicas,
-        ready_replicas: status.ready_replicas.unwrap_or(0),
-        available_replicas: status.available_replicas.unwrap_or(0),
-        annotations: rs.annotations().clone(),
-        created: rs
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(Timestamp::UNIX_EPOCH, |time| time.0),
-    }
-}
-
 fn object_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use k8s_openapi::api::apps::v1::{ReplicaSetSpec, ReplicaSetStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
     use rollouts_crds::rollout::{CanaryStep, RolloutStrategy};
 
     use super::*;
-
-    #[test]
-    fn replica_sets_are_selected_by_hash_label_and_match_labels() {
-        let mut rollout = Rollout::test_canary("web", vec![CanaryStep::weight(20)]);
-        rollout.spec.selector = Some(LabelSelector {
-            match_labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
-            ..LabelSelector::default()
-        });
-        assert_eq!(
-            replica_set_selector(&rollout),
-            "rollouts-pod-template-hash,app=web"
-        );
-        rollout.spec.selector = None;
-        assert_eq!(replica_set_selector(&rollout), "rollouts-pod-template-hash");
-    }
-
-    #[test]
-    fn a_replica_set_is_observed_with_its_hash_and_counts() {
-        let rs = ReplicaSet {
-            metadata: ObjectMeta {
-                name: Some("web-abc".into()),
-                labels: Some(BTreeMap::from([(
-                    DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY.to_string(),
-                    "abc".to_string(),
-                )])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(ReplicaSetSpec {
-                replicas: Some(3),
-                ..ReplicaSetSpec::default()
-            }),
-            status: Some(ReplicaSetStatus {
-                replicas: 3,
-                ready_replicas: Some(2),
-                available_replicas: Some(1),
-                ..ReplicaSetStatus::default()
-            }),
-        };
-        let observed = observed_replica_set(&rs);
-        assert_eq!(observed.name, "web-abc");
-        assert_eq!(observed.pod_template_hash, "abc");
-        assert_eq!(
-            (
-                observed.replicas,
-                observed.current_replicas,
-                observed.ready_replicas,
-                observed.available_replicas
-            ),
-            (3, 3, 2, 1)
-        );
-    }
-
-    #[test]
-    fn an_analysis_run_is_observed_with_its_step_hash_and_phase() {
-        let run: AnalysisRun = serde_json::from_value(serde_json::json!({
-            "apiVersion": "argoproj.io/v1alpha1",
-            "kind": "AnalysisRun",
-            "metadata": {
-                "name": "web-abc-2-1",
-                "labels": {"rollout-type": "Step", "step-index": "1", "rollouts-pod-template-hash": "abc"}
-            },
-            "spec": {"metrics": [], "terminate": true},
-            "status": {"phase": "Failed", "message": "error rate too high"}
-        }))
-        .expect("an AnalysisRun");
-        let observed = observed_analysis_run(&run);
-        assert_eq!(observed.name, "web-abc-2-1");
-        assert_eq!(observed.pod_template_hash, "abc");
-        assert_eq!(observed.step_index, Some(1));
-        assert_eq!(observed.rollout_type, "Step");
-        assert_eq!(
-            observed.phase,
-            rollouts_crds::analysis::AnalysisPhase::Failed
-        );
-        assert_eq!(observed.message, "error rate too high");
-        assert!(observed.terminating);
-    }
 
     #[test]
     fn a_rollout_without_strategy_has_a_finding_naming_the_field() {

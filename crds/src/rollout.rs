@@ -12,6 +12,9 @@
 
 mod pod_template;
 mod status;
+// Test builders for every crate's tests. Not behind a cargo feature: the demo test builds the
+// binaries without dev-dependencies, and a feature would make cargo build this crate twice.
+#[doc(hidden)]
 pub mod testing;
 mod traffic_routing;
 

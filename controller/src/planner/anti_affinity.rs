@@ -4,6 +4,8 @@
 //! the nodes that run the old version.
 
 use rollouts_crds::rollout::{AntiAffinity, DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, Rollout};
+
+use super::{AffinityRefresh, Observed};
 use serde_json::{Value, json};
 
 /// The node label the injected term spreads over, as in Argo.
@@ -126,6 +128,25 @@ pub fn may_need_refresh(rollout: &Rollout, current_hash: &str) -> bool {
     rollout_anti_affinity(rollout).is_some()
         && !stable_hash.is_empty()
         && stable_hash != current_hash
+}
+
+/// The refresh of the current revision's anti-affinity, when its live template (read into
+/// `observed.live_templates`) names a revision other than the stable one.
+pub(super) fn planned_refresh(
+    rollout: &Rollout,
+    observed: &Observed,
+    current_hash: &str,
+) -> Option<AffinityRefresh> {
+    let rs = observed
+        .replica_sets
+        .iter()
+        .find(|rs| rs.pod_template_hash == current_hash)?;
+    let live_template = observed.live_templates.get(&rs.name)?;
+    let affinity = refreshed_affinity(live_template, rollout, current_hash)?;
+    Some(AffinityRefresh {
+        replica_set: rs.name.clone(),
+        affinity,
+    })
 }
 
 /// The affinity the live template of the `current_hash` ReplicaSet should have when its

@@ -16,20 +16,20 @@ use rollouts_crds::conditions::*;
 use rollouts_crds::rollout::{
     BlueGreenStrategy, DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, ROLLOUT_TYPE_POST_PROMOTION,
     ROLLOUT_TYPE_PRE_PROMOTION, Rollout, RolloutAnalysis, RolloutAnalysisRunStatus, RolloutStatus,
-    SCALE_DOWN_DEADLINE_ANNOTATION_KEY,
 };
 
-use super::canary::{PauseDecisions, generation_string, invalid_spec, pause_expiry, phase_name};
+use super::analysis_runs::{pending_pointer, record_run_phase};
 use super::hash::pod_template_hash_of_value;
+use super::pause::{PauseDecisions, pause_expiry};
+use super::revisions::{self, has_scale_down_annotation, scale_down_deadline};
 use super::status::{
-    Outbox, Progress, deadline_of, is_healthy_blue_green, made_progress, phase, set_conditions,
-    timed_out,
+    Outbox, Progress, deadline_of, generation_string, invalid_spec, is_healthy_blue_green,
+    made_progress, phase, set_conditions, timed_out,
 };
 use super::validation::{has_templates, validate_blue_green};
 use super::{
-    AnalysisRunToCreate, EventType, NewReplicaSet, Observed, ObservedAnalysisRun,
-    ObservedReplicaSet, Plan, ReplicaSetMetadata, ReplicaSetRevision, ReplicaSetScale,
-    ScaleDownDeadline, ServiceSelector,
+    AnalysisRunToCreate, EventType, Observed, ObservedAnalysisRun, ObservedReplicaSet, Plan,
+    ReplicaSetMetadata, ReplicaSetRevision, ScaleDownDeadline, ServiceSelector,
 };
 
 /// Argo looks again this soon at a Rollout whose Services are missing: they may be applied
@@ -330,13 +330,7 @@ impl<'a> BlueGreen<'a> {
     }
 
     fn next_revision(&self) -> i64 {
-        self.observed
-            .replica_sets
-            .iter()
-            .filter_map(ObservedReplicaSet::revision)
-            .max()
-            .unwrap_or_default()
-            + 1
+        revisions::next_revision(self.observed)
     }
 
     fn rollout_name(&self) -> &str {
@@ -344,10 +338,7 @@ impl<'a> BlueGreen<'a> {
     }
 
     fn new_rs_name(&self) -> String {
-        match self.new_rs {
-            Some(rs) => rs.name.clone(),
-            None => format!("{}-{}", self.rollout_name(), self.current_hash),
-        }
+        revisions::new_rs_name(self.rollout, self.new_rs, &self.current_hash)
     }
 
     fn auto_promotion_seconds(&self) -> i32 {
@@ -468,12 +459,10 @@ impl<'a> BlueGreen<'a> {
                     pod_template_hash: self.current_hash.clone(),
                     stable_pod_template_hash: self.base.stable_rs.clone(),
                     analysis: analysis.clone(),
+                    spec: None,
+                    revision: None,
                 });
-                *promotion.pointer_mut(next) = Some(RolloutAnalysisRunStatus {
-                    name: name.clone(),
-                    status: phase_name(AnalysisPhase::Pending).into(),
-                    message: String::new(),
-                });
+                *promotion.pointer_mut(next) = Some(pending_pointer(&name));
                 keep.push(name);
                 continue;
             }
@@ -521,32 +510,9 @@ impl<'a> BlueGreen<'a> {
         next: &mut RolloutStatus,
         run: &ObservedAnalysisRun,
     ) {
-        let phase = phase_name(run.phase);
-        let previous = promotion
-            .pointer(&self.base)
-            .filter(|pointer| pointer.name == run.name)
-            .map(|pointer| pointer.status.clone())
-            .unwrap_or_default();
-        if previous != phase {
-            let type_ = match run.phase {
-                AnalysisPhase::Failed | AnalysisPhase::Error => EventType::Warning,
-                _ => EventType::Normal,
-            };
-            self.out.event(
-                type_,
-                &format!("AnalysisRun{phase}"),
-                format!(
-                    "{} Analysis Run '{}' Status New: '{phase}' Previous: '{previous}'",
-                    promotion.rollout_type(),
-                    run.name
-                ),
-            );
-        }
-        *promotion.pointer_mut(next) = Some(RolloutAnalysisRunStatus {
-            name: run.name.clone(),
-            status: phase.into(),
-            message: run.message.clone(),
-        });
+        let before = promotion.pointer(&self.base);
+        let pointer = record_run_phase(&mut self.out, promotion.rollout_type(), before, run);
+        *promotion.pointer_mut(next) = Some(pointer);
     }
 
     /// `<rollout>-<hash>-<revision>-pre|post`, with `.N` appended while the name is taken.
@@ -638,25 +604,12 @@ impl<'a> BlueGreen<'a> {
     }
 
     fn create_new_rs(&mut self, plan: &mut Plan, replicas: i32) {
-        let revision = self.next_revision();
         let name = self.new_rs_name();
-        if self.observed.replica_sets.iter().any(|rs| rs.name == name) {
+        let hash = &self.current_hash;
+        if !revisions::create(plan, &mut self.out, self.observed, name, hash, replicas) {
             // Someone else's ReplicaSet has our name: salt the hash and try again.
             self.name_collision = true;
-            self.out.requeue_in(Duration::ZERO);
-            return;
         }
-        self.out.event(
-            EventType::Normal,
-            NEW_REPLICA_SET_REASON,
-            format!("Created ReplicaSet {name} (revision {revision})"),
-        );
-        plan.create_replica_set = Some(NewReplicaSet {
-            name,
-            pod_template_hash: self.current_hash.clone(),
-            replicas,
-            revision,
-        });
     }
 
     /// The aborted ReplicaSet's scale: kept until its deadline, which is set once the stable
@@ -698,22 +651,7 @@ impl<'a> BlueGreen<'a> {
     }
 
     fn scale(&mut self, plan: &mut Plan, rs: &ObservedReplicaSet, to: i32) {
-        let direction = if to > rs.replicas { "up" } else { "down" };
-        self.out.event(
-            EventType::Normal,
-            SCALING_REPLICA_SET_REASON,
-            format!(
-                "Scaled {direction} ReplicaSet {} (revision {}) from {} to {to}",
-                rs.name,
-                rs.revision().unwrap_or_default(),
-                rs.replicas
-            ),
-        );
-        plan.scale_replica_sets.push(ReplicaSetScale {
-            name: rs.name.clone(),
-            from: rs.replicas,
-            to,
-        });
+        revisions::scale(plan, &mut self.out, rs, to);
     }
 
     /// A ReplicaSet a Service or the status still points at keeps its pods.
@@ -778,26 +716,18 @@ impl<'a> BlueGreen<'a> {
         }
     }
 
-    /// Deletes the oldest empty ReplicaSets beyond `revisionHistoryLimit`.
+    /// Deletes the oldest empty ReplicaSets beyond `revisionHistoryLimit`; one a Service or
+    /// the status still points at is kept.
     fn clean_up_history(&self, plan: &mut Plan) {
-        let limit =
-            usize::try_from(self.rollout.spec.effective_revision_history_limit()).unwrap_or(0);
-        let mut cleanable: Vec<&ObservedReplicaSet> = self
+        let candidates = self
             .others
             .iter()
             .copied()
-            .filter(|rs| rs.replicas == 0 && rs.current_replicas == 0 && !self.referenced(rs))
-            .filter(|rs| scale_down_deadline(rs).is_none_or(|at| at <= self.now))
-            .collect();
-        if cleanable.len() <= limit {
-            return;
+            .filter(|rs| !self.referenced(rs));
+        let deleted = revisions::history_to_delete(self.rollout, candidates, self.now);
+        if !deleted.is_empty() {
+            plan.delete_replica_sets = deleted;
         }
-        cleanable.sort_by_key(|rs| (rs.revision().unwrap_or_default(), rs.created));
-        let excess = cleanable.len() - limit;
-        plan.delete_replica_sets = cleanable[..excess]
-            .iter()
-            .map(|rs| rs.name.clone())
-            .collect();
     }
 
     /// The new ReplicaSet runs and serves the pods it should (Argo's `ReadyForPause`).
@@ -1159,19 +1089,6 @@ impl<'a> BlueGreen<'a> {
             self.observed,
         )
     }
-}
-
-fn has_scale_down_annotation(rs: &ObservedReplicaSet) -> bool {
-    rs.annotations
-        .get(SCALE_DOWN_DEADLINE_ANNOTATION_KEY)
-        .is_some_and(|value| !value.is_empty())
-}
-
-fn scale_down_deadline(rs: &ObservedReplicaSet) -> Option<Timestamp> {
-    rs.annotations
-        .get(SCALE_DOWN_DEADLINE_ANNOTATION_KEY)
-        .filter(|value| !value.is_empty())
-        .and_then(|value| value.parse().ok())
 }
 
 fn auto_promotion_at(start: &Time, seconds: i32) -> Timestamp {

@@ -5,30 +5,31 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use rollouts_crds::FieldError;
 use rollouts_crds::analysis::AnalysisPhase;
 use rollouts_crds::conditions::*;
 use rollouts_crds::rollout::{
     CanaryStep, CanaryStrategy, PauseCondition, ProgressType, ROLLOUT_TYPE_STEP,
-    ReplicaProgressThreshold, Rollout, RolloutAnalysisRunStatus, RolloutCondition, RolloutStatus,
-    SCALE_DOWN_DEADLINE_ANNOTATION_KEY, TrafficWeights, WeightDestination,
+    ReplicaProgressThreshold, Rollout, RolloutCondition, RolloutStatus, TrafficWeights,
+    WeightDestination,
 };
 
+use super::analysis_runs::{pending_pointer, record_run_phase};
 use super::hash::pod_template_hash_of_value;
+use super::pause::{PauseDecisions, pause_expiry};
 use super::replicas::{
     BasicCanaryInputs, CanaryStableCounts, Fenceposts, MAX_WEIGHT, ReplicaSetCount, actual_weight,
     calculate_replica_counts_for_canary,
 };
+use super::revisions;
 use super::status::{
-    Outbox, Progress, deadline_of, is_healthy, made_progress, phase, set_conditions, timed_out,
+    Outbox, Progress, deadline_of, generation_string, invalid_spec, is_healthy, made_progress,
+    phase, set_conditions, timed_out,
 };
-use super::validation::{ValidSpec, validate};
+use super::validation::{ValidSpec, validate_canary};
 use super::{
-    AnalysisRunToCreate, CanaryWeight, Event, EventType, NewReplicaSet, Observed,
-    ObservedAnalysisRun, ObservedReplicaSet, Plan, ReplicaSetScale, ScaleDownDeadline,
-    ServiceSelector,
+    AnalysisRunToCreate, CanaryWeight, EventType, Observed, ObservedAnalysisRun,
+    ObservedReplicaSet, Plan, ScaleDownDeadline, ServiceSelector,
 };
 
 /// Plans the next move of a canary `rollout` from what was `observed`, at `now`.
@@ -36,24 +37,7 @@ pub(super) fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Pl
     let Some(canary) = rollout.spec.strategy.canary.as_ref() else {
         return Plan::unchanged(rollout);
     };
-    match validate(rollout, canary) {
-        Ok(valid) => Planner::new(rollout, canary, valid, observed, now).run(),
-        Err(error) => invalid_spec(rollout, &error, now),
-    }
-}
-
-/// [`plan`] past the gate that refuses `trafficRouting` (see `validation::validate`): what the
-/// planner will do once the act phase applies router plans.
-#[cfg(test)]
-pub(super) fn plan_past_traffic_gate(
-    rollout: &Rollout,
-    observed: &Observed,
-    now: Timestamp,
-) -> Plan {
-    let Some(canary) = rollout.spec.strategy.canary.as_ref() else {
-        return Plan::unchanged(rollout);
-    };
-    match super::validation::validate_canary(rollout, canary) {
+    match validate_canary(rollout, canary) {
         Ok(valid) => Planner::new(rollout, canary, valid, observed, now).run(),
         Err(error) => invalid_spec(rollout, &error, now),
     }
@@ -63,96 +47,6 @@ pub(super) fn plan_past_traffic_gate(
 pub fn steps_hash(steps: &[CanaryStep]) -> String {
     let encoded = serde_json::to_value(steps).unwrap_or_default();
     pod_template_hash_of_value(&serde_json::json!({ "steps": encoded }), None)
-}
-
-/// Sets `InvalidSpec` and touches nothing running.
-pub(super) fn invalid_spec(rollout: &Rollout, error: &FieldError, now: Timestamp) -> Plan {
-    let mut plan = Plan::unchanged(rollout);
-    let previous = plan.status.clone();
-    let message = error.to_string();
-    let condition = RolloutCondition::new(
-        INVALID_SPEC,
-        STATUS_TRUE,
-        INVALID_SPEC_REASON,
-        message.clone(),
-        Time(now),
-    );
-    let replaced = previous
-        .condition(INVALID_SPEC)
-        .is_some_and(|current| current.message != message);
-    if replaced {
-        plan.status.remove_condition(INVALID_SPEC);
-    }
-    if plan.status.set_condition(condition) {
-        plan.events.push(Event {
-            type_: EventType::Warning,
-            reason: INVALID_SPEC_REASON.into(),
-            message,
-        });
-    }
-    plan.status.observed_generation = generation_string(rollout);
-    (plan.status.phase, plan.status.message) = phase(&rollout.spec, &plan.status);
-    plan.status_changed = plan.status != previous;
-    plan
-}
-
-pub(super) fn generation_string(rollout: &Rollout) -> String {
-    rollout.metadata.generation.unwrap_or_default().to_string()
-}
-
-/// Pause and abort decisions taken during one plan, applied to status at the end.
-#[derive(Default)]
-pub(super) struct PauseDecisions {
-    pub add: Vec<&'static str>,
-    pub remove: Vec<&'static str>,
-    pub clear: bool,
-    pub add_abort: Option<String>,
-    pub remove_abort: bool,
-}
-
-impl PauseDecisions {
-    /// The update is aborted once this plan's decisions apply to `base`.
-    pub fn is_aborted(&self, base: &RolloutStatus) -> bool {
-        !self.remove_abort && (self.add_abort.is_some() || base.abort)
-    }
-
-    /// Writes the decisions over `base` into `next`: abort, pause conditions, controllerPause.
-    pub fn apply(&self, base: &RolloutStatus, now: Timestamp, next: &mut RolloutStatus) {
-        let now = Time(now);
-        if self.is_aborted(base) {
-            next.abort = true;
-            next.aborted_at = Some(base.aborted_at.clone().unwrap_or(now));
-            next.pause_conditions.clear();
-            next.controller_pause = false;
-            return;
-        }
-        next.abort = false;
-        next.aborted_at = None;
-        if self.clear {
-            next.pause_conditions.clear();
-            next.controller_pause = false;
-            return;
-        }
-        let present = |reason: &str| base.pause_conditions.iter().any(|c| c.reason == reason);
-        let mut conditions: Vec<PauseCondition> = base
-            .pause_conditions
-            .iter()
-            .filter(|condition| !self.remove.contains(&condition.reason.as_str()))
-            .cloned()
-            .collect();
-        let mut controller_pause = base.controller_pause;
-        for reason in &self.add {
-            if !present(reason) {
-                conditions.push(PauseCondition {
-                    reason: (*reason).into(),
-                    start_time: now.clone(),
-                });
-                controller_pause = true;
-            }
-        }
-        next.controller_pause = controller_pause && !conditions.is_empty();
-        next.pause_conditions = conditions;
-    }
 }
 
 struct Planner<'a> {
@@ -357,20 +251,11 @@ impl<'a> Planner<'a> {
     }
 
     fn next_revision(&self) -> i64 {
-        self.observed
-            .replica_sets
-            .iter()
-            .filter_map(ObservedReplicaSet::revision)
-            .max()
-            .unwrap_or_default()
-            + 1
+        revisions::next_revision(self.observed)
     }
 
     fn new_rs_name(&self) -> String {
-        match self.new_rs {
-            Some(rs) => rs.name.clone(),
-            None => format!("{}-{}", self.rollout_name(), self.current_hash),
-        }
+        revisions::new_rs_name(self.rollout, self.new_rs, &self.current_hash)
     }
 
     fn rollout_name(&self) -> &str {
@@ -435,12 +320,10 @@ impl<'a> Planner<'a> {
                     pod_template_hash: self.current_hash.clone(),
                     stable_pod_template_hash: self.base.stable_rs.clone(),
                     analysis: analysis.clone(),
+                    spec: None,
+                    revision: None,
                 });
-                next.canary.current_step_analysis_run_status = Some(RolloutAnalysisRunStatus {
-                    name: name.clone(),
-                    status: phase_name(AnalysisPhase::Pending).into(),
-                    message: String::new(),
-                });
+                next.canary.current_step_analysis_run_status = Some(pending_pointer(&name));
                 current = Some(name);
             } else if let Some(run) = run {
                 self.record_run_phase(next, run);
@@ -476,34 +359,9 @@ impl<'a> Planner<'a> {
     /// Keeps `status.canary.currentStepAnalysisRunStatus` in step with the run, with an event
     /// when its phase changes.
     fn record_run_phase(&mut self, next: &mut RolloutStatus, run: &ObservedAnalysisRun) {
-        let phase = phase_name(run.phase);
-        let previous = self
-            .base
-            .canary
-            .current_step_analysis_run_status
-            .as_ref()
-            .filter(|pointer| pointer.name == run.name)
-            .map(|pointer| pointer.status.clone())
-            .unwrap_or_default();
-        if previous != phase {
-            let type_ = match run.phase {
-                AnalysisPhase::Failed | AnalysisPhase::Error => EventType::Warning,
-                _ => EventType::Normal,
-            };
-            self.out.event(
-                type_,
-                &format!("AnalysisRun{phase}"),
-                format!(
-                    "Step Analysis Run '{}' Status New: '{phase}' Previous: '{previous}'",
-                    run.name
-                ),
-            );
-        }
-        next.canary.current_step_analysis_run_status = Some(RolloutAnalysisRunStatus {
-            name: run.name.clone(),
-            status: phase.into(),
-            message: run.message.clone(),
-        });
+        let before = self.base.canary.current_step_analysis_run_status.as_ref();
+        let pointer = record_run_phase(&mut self.out, "Step", before, run);
+        next.canary.current_step_analysis_run_status = Some(pointer);
     }
 
     /// `<rollout>-<hash>-<revision>-<step>`, with `.N` appended while the name is taken.
@@ -578,25 +436,20 @@ impl<'a> Planner<'a> {
         }
         match self.new_rs {
             None => {
-                let revision = self.next_revision();
                 let name = self.new_rs_name();
-                if self.observed.replica_sets.iter().any(|rs| rs.name == name) {
+                let hash = &self.current_hash;
+                if !revisions::create(
+                    plan,
+                    &mut self.out,
+                    self.observed,
+                    name,
+                    hash,
+                    counts.canary,
+                ) {
                     // Someone else's ReplicaSet has our name: salt the hash and try again.
                     self.name_collision = true;
-                    self.out.requeue_in(Duration::ZERO);
                     return;
                 }
-                self.out.event(
-                    EventType::Normal,
-                    NEW_REPLICA_SET_REASON,
-                    format!("Created ReplicaSet {name} (revision {revision})"),
-                );
-                plan.create_replica_set = Some(NewReplicaSet {
-                    name,
-                    pod_template_hash: self.current_hash.clone(),
-                    replicas: counts.canary,
-                    revision,
-                });
             }
             Some(new_rs) if new_rs.replicas != counts.canary && !self.halted() => {
                 self.scale(plan, new_rs, counts.canary)
@@ -610,29 +463,11 @@ impl<'a> Planner<'a> {
     }
 
     fn scale(&mut self, plan: &mut Plan, rs: &ObservedReplicaSet, to: i32) {
-        let direction = if to > rs.replicas { "up" } else { "down" };
-        self.out.event(
-            EventType::Normal,
-            SCALING_REPLICA_SET_REASON,
-            format!(
-                "Scaled {direction} ReplicaSet {} (revision {}) from {} to {to}",
-                rs.name,
-                rs.revision().unwrap_or_default(),
-                rs.replicas
-            ),
-        );
-        plan.scale_replica_sets.push(ReplicaSetScale {
-            name: rs.name.clone(),
-            from: rs.replicas,
-            to,
-        });
+        revisions::scale(plan, &mut self.out, rs, to);
     }
 
     fn scale_down_deadline(&self, rs: &ObservedReplicaSet) -> Option<Timestamp> {
-        rs.annotations
-            .get(SCALE_DOWN_DEADLINE_ANNOTATION_KEY)
-            .filter(|value| !value.is_empty())
-            .and_then(|value| value.parse().ok())
+        revisions::scale_down_deadline(rs)
     }
 
     /// Older ReplicaSets serve traffic in a basic canary, so they all go to zero: unavailable
@@ -692,24 +527,11 @@ impl<'a> Planner<'a> {
 
     /// Deletes the oldest empty ReplicaSets beyond `revisionHistoryLimit`.
     fn clean_up_history(&self, plan: &mut Plan) {
-        let limit =
-            usize::try_from(self.rollout.spec.effective_revision_history_limit()).unwrap_or(0);
-        let mut cleanable: Vec<&ObservedReplicaSet> = self
-            .others
-            .iter()
-            .copied()
-            .filter(|rs| rs.replicas == 0 && rs.current_replicas == 0)
-            .filter(|rs| self.scale_down_deadline(rs).is_none_or(|at| at <= self.now))
-            .collect();
-        if cleanable.len() <= limit {
-            return;
+        let deleted =
+            revisions::history_to_delete(self.rollout, self.others.iter().copied(), self.now);
+        if !deleted.is_empty() {
+            plan.delete_replica_sets = deleted;
         }
-        cleanable.sort_by_key(|rs| (rs.revision().unwrap_or_default(), rs.created));
-        let excess = cleanable.len() - limit;
-        plan.delete_replica_sets = cleanable[..excess]
-            .iter()
-            .map(|rs| rs.name.clone())
-            .collect();
     }
 
     /// Adds the pause condition of a pause step, and asks to look again when it expires.
@@ -1066,11 +888,6 @@ impl<'a> Planner<'a> {
     }
 }
 
-pub(super) fn pause_expiry(start: &Time, duration: Duration) -> Timestamp {
-    let duration = SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX);
-    start.0.checked_add(duration).unwrap_or(Timestamp::MAX)
-}
-
 /// `replicaProgressThreshold`: enough canary pods are available to move on.
 fn progress_threshold_met(
     threshold: Option<&ReplicaProgressThreshold>,
@@ -1087,17 +904,6 @@ fn progress_threshold_met(
             ProgressType::Pods => rs.available_replicas >= threshold.value,
         },
         _ => desired == rs.replicas && desired == rs.available_replicas,
-    }
-}
-
-pub(super) fn phase_name(phase: AnalysisPhase) -> &'static str {
-    match phase {
-        AnalysisPhase::Pending => "Pending",
-        AnalysisPhase::Running => "Running",
-        AnalysisPhase::Successful => "Successful",
-        AnalysisPhase::Failed => "Failed",
-        AnalysisPhase::Error => "Error",
-        AnalysisPhase::Inconclusive => "Inconclusive",
     }
 }
 

@@ -1,4 +1,4 @@
-//! Fewer status writes per canary step, on top of [`super::plan`]: a step that completes with
+//! Fewer status writes per canary step, on top of [`super::plan_resolved`]: a step that completes with
 //! nothing else to write is followed at once by the next step's plan, so the step change and
 //! the next step's first move share one status patch; and a status that differs from the
 //! stored one only in pod counts (and what follows from them) waits a moment for the counts to
@@ -17,10 +17,10 @@ use super::{Observed, Plan};
 /// the progress deadline, and short enough that `kubectl rollouts get` stays current.
 pub const COUNTS_SETTLE: Duration = Duration::from_secs(5);
 
-/// [`super::plan`], with completed steps followed at once and count-only status writes held
+/// [`super::plan_resolved`], with completed steps followed at once and count-only status writes held
 /// back for [`COUNTS_SETTLE`].
-pub fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
-    let first = super::plan(rollout, observed, now);
+pub(super) fn coalesced(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
+    let first = super::plan_resolved(rollout, observed, now);
     let mut plan = follow_completed_steps(rollout, observed, now, first);
     hold_count_only_status(rollout, &mut plan, now);
     plan
@@ -52,7 +52,7 @@ fn follow_completed_steps(
         }
         let mut advanced = rollout.clone();
         advanced.status = Some(plan.status.clone());
-        let next = super::plan(&advanced, observed, now);
+        let next = super::plan_resolved(&advanced, observed, now);
         let completed = std::mem::replace(&mut plan, next);
         events.extend(completed.events);
         base = completed.status;
@@ -158,47 +158,15 @@ fn without_counts(status: &RolloutStatus, routed: bool) -> RolloutStatus {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use rollouts_crds::rollout::CanaryStep;
 
     use super::*;
-    use crate::planner::{ObservedReplicaSet, REVISION_ANNOTATION};
+    use crate::planner::test_world::{apply_writes, at};
 
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + seconds).expect("valid timestamp")
-    }
-
-    /// Applies a plan's ReplicaSet writes the way the act phase would; pods are available at
-    /// once when `ready`, else they exist and are not ready.
+    /// Applies a plan's writes the way the act phase would; pods are available at once when
+    /// `ready`, else they exist and are not ready.
     fn act(observed: &mut Observed, plan: &Plan, ready: bool) {
-        let up = |to: i32, available: i32| if ready { to } else { available.min(to) };
-        if let Some(new) = &plan.create_replica_set {
-            observed.replica_sets.push(ObservedReplicaSet {
-                name: new.name.clone(),
-                pod_template_hash: new.pod_template_hash.clone(),
-                replicas: new.replicas,
-                current_replicas: new.replicas,
-                ready_replicas: up(new.replicas, 0),
-                available_replicas: up(new.replicas, 0),
-                annotations: BTreeMap::from([(
-                    REVISION_ANNOTATION.to_string(),
-                    new.revision.to_string(),
-                )]),
-                created: at(0),
-            });
-        }
-        for scale in &plan.scale_replica_sets {
-            let rs = observed
-                .replica_sets
-                .iter_mut()
-                .find(|rs| rs.name == scale.name)
-                .expect("scales an observed ReplicaSet");
-            rs.replicas = scale.to;
-            rs.current_replicas = scale.to;
-            rs.ready_replicas = up(scale.to, rs.ready_replicas);
-            rs.available_replicas = up(scale.to, rs.available_replicas);
-        }
+        apply_writes(observed, plan, at(0), ready);
     }
 
     /// Pods that were not ready become available.
@@ -216,7 +184,7 @@ mod tests {
             .with_image("app:v1");
         let mut observed = Observed::default();
         for _ in 0..10 {
-            let plan = plan(&rollout, &observed, now);
+            let plan = coalesced(&rollout, &observed, now);
             act(&mut observed, &plan, true);
             rollout.status = Some(plan.status);
         }
@@ -230,12 +198,12 @@ mod tests {
     fn a_completed_weight_step_and_the_pause_after_it_share_one_status() {
         let steps = vec![CanaryStep::weight(25), CanaryStep::pause_indefinitely()];
         let (mut rollout, mut observed) = updating(steps, at(0));
-        let started = plan(&rollout, &observed, at(1));
+        let started = coalesced(&rollout, &observed, at(1));
         act(&mut observed, &started, false);
         rollout.status = Some(started.status);
         pods_ready(&mut observed);
 
-        let next = plan(&rollout, &observed, at(2));
+        let next = coalesced(&rollout, &observed, at(2));
         assert_eq!(next.status.current_step_index, Some(1));
         assert_eq!(
             next.status
@@ -254,7 +222,7 @@ mod tests {
             "the completed step's event is kept: {:?}",
             next.events
         );
-        let again = plan(
+        let again = coalesced(
             &rollout.clone().with_status(next.status.clone()),
             &observed,
             at(2),
@@ -271,14 +239,14 @@ mod tests {
         ];
         let (mut rollout, mut observed) = updating(steps, at(0));
         for second in 1..4 {
-            let plan = plan(&rollout, &observed, at(second));
+            let plan = coalesced(&rollout, &observed, at(second));
             act(&mut observed, &plan, true);
             rollout.status = Some(plan.status);
         }
         let status = rollout.status.clone().expect("status");
         assert_eq!(status.current_step_index, Some(1), "{status:?}");
 
-        let expired = plan(&rollout, &observed, at(10));
+        let expired = coalesced(&rollout, &observed, at(10));
         assert_eq!(expired.status.current_step_index, Some(2));
         assert!(expired.status.pause_conditions.is_empty());
         let scaled: Vec<i32> = expired
@@ -294,11 +262,11 @@ mod tests {
     fn counts_that_moved_alone_wait_for_the_pods_then_are_written() {
         let steps = vec![CanaryStep::weight(25), CanaryStep::pause_indefinitely()];
         let (mut rollout, mut observed) = updating(steps, at(0));
-        let started = plan(&rollout, &observed, at(0));
+        let started = coalesced(&rollout, &observed, at(0));
         act(&mut observed, &started, false);
         rollout.status = Some(started.status.clone());
         // The canary pod exists and is not ready, the stable lost one: only counts moved.
-        let held = plan(&rollout, &observed, at(1));
+        let held = coalesced(&rollout, &observed, at(1));
         assert!(!held.status_changed, "{:?}", held.status);
         assert_eq!(Some(&held.status), rollout.status.as_ref());
         let wait = held
@@ -306,7 +274,7 @@ mod tests {
             .expect("looks again when the counts may be written");
         assert!(wait <= COUNTS_SETTLE, "{wait:?}");
 
-        let late = plan(&rollout, &observed, at(60));
+        let late = coalesced(&rollout, &observed, at(60));
         assert!(late.status_changed, "counts that stay put are written");
         assert_eq!(late.status.updated_replicas, 1);
     }
@@ -315,7 +283,7 @@ mod tests {
     fn a_step_change_is_never_held() {
         let steps = vec![CanaryStep::weight(25), CanaryStep::pause_indefinitely()];
         let (rollout, observed) = updating(steps, at(0));
-        let started = plan(&rollout, &observed, at(0));
+        let started = coalesced(&rollout, &observed, at(0));
         assert!(started.status_changed, "a new revision is written at once");
         assert_eq!(started.status.current_step_index, Some(0));
     }

@@ -9,43 +9,94 @@
 //! resolved before either strategy plans; `spec.restartAt` ([`restart`]) and the Deployment's
 //! scale-down are planned on top of the strategy's plan.
 
+mod analysis_runs;
 pub mod anti_affinity;
 mod bluegreen;
 mod canary;
-pub mod coalesce;
+mod coalesce;
 pub mod hash;
+mod pause;
 pub mod replicas;
 pub mod restart;
+mod revisions;
 mod run_history;
 mod status;
+#[cfg(test)]
+mod test_world;
 mod validation;
 pub mod workload_ref;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use rollouts_crds::analysis::AnalysisPhase;
+use rollouts_crds::analysis::{AnalysisPhase, AnalysisRunSpec, AnalysisTemplateSpec};
 use rollouts_crds::rollout::{
-    PodTemplateMetadata, Rollout, RolloutAnalysis, RolloutStatus, SetHeaderRoute, SetMirrorRoute,
-    WeightDestination,
+    PodTemplateMetadata, Rollout, RolloutAnalysis, RolloutAnalysisTemplate, RolloutStatus,
+    SetHeaderRoute, SetMirrorRoute, WeightDestination,
 };
 
 pub use canary::steps_hash;
 pub use restart::ObservedPod;
 pub use workload_ref::{DeploymentScale, ObservedDeployment};
 
-/// Plans the next move of `rollout` from what was `observed`, at `now`: blue-green or canary.
-pub fn plan(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
-    let resolved = match workload_ref::resolve(rollout, observed) {
-        Ok(resolved) => resolved,
-        Err(error) => return workload_ref::invalid_spec(rollout, &error, now),
-    };
-    let rollout = resolved.as_ref();
+/// How soon a Rollout whose analysis cannot be composed (a template missing) is looked at
+/// again: templates are not watched.
+const MISSING_TEMPLATE_REQUEUE: Duration = Duration::from_secs(20);
+
+/// The planner's one entry point: resolves `spec.workloadRef` once, then plans the next move of
+/// `rollout` from what was `observed`, at `now` ([`coalesce`]: a completed step is followed at
+/// once, count-only status writes wait for the counts to settle). Returns the Rollout as
+/// resolved, which the act phase builds ReplicaSets from, with the plan.
+pub fn plan<'a>(
+    rollout: &'a Rollout,
+    observed: &Observed,
+    now: Timestamp,
+) -> (Cow<'a, Rollout>, Plan) {
+    match workload_ref::resolve(rollout, observed) {
+        Ok(resolved) => {
+            let mut plan = coalesce::coalesced(&resolved, observed, now);
+            if plan.status.observed_generation != status::generation_string(&resolved) {
+                // A strategy the planner does not plan still gets observedGeneration and a
+                // conditions list, which Argo CD reads.
+                plan.status = crate::status_patch::observed_status(&resolved);
+            }
+            (resolved, plan)
+        }
+        Err(error) => {
+            let plan = workload_ref::invalid_spec(rollout, &error, now);
+            (Cow::Borrowed(rollout), plan)
+        }
+    }
+}
+
+/// One planning pass, without coalescing: what each test of a single decision reads.
+#[cfg(test)]
+pub fn plan_once(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
+    match workload_ref::resolve(rollout, observed) {
+        Ok(resolved) => plan_resolved(&resolved, observed, now),
+        Err(error) => workload_ref::invalid_spec(rollout, &error, now),
+    }
+}
+
+/// One planning pass over a Rollout whose `workloadRef` is resolved: blue-green or canary, then
+/// what both share (the runs' specs, anti-affinity, run history, `restartAt`, the workloadRef
+/// Deployment's scale).
+fn plan_resolved(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
     let mut plan = match rollout.spec.strategy.blue_green.as_ref() {
         Some(blue_green) => bluegreen::plan(rollout, blue_green, observed, now),
         None => canary::plan(rollout, observed, now),
     };
+    if let Err(error) = analysis_runs::complete_runs(rollout, observed, &mut plan) {
+        let mut invalid = status::invalid_spec(rollout, &error, now);
+        invalid.requeue_within(MISSING_TEMPLATE_REQUEUE);
+        return invalid;
+    }
+    if plan.create_replica_set.is_none() {
+        plan.refresh_anti_affinity =
+            anti_affinity::planned_refresh(rollout, observed, &plan.status.current_pod_hash);
+    }
     plan.delete_analysis_runs = run_history::runs_to_delete(rollout, observed, &plan);
     restart::reconcile(rollout, observed, now, &mut plan);
     workload_ref::reconcile(rollout, observed, &mut plan);
@@ -117,6 +168,59 @@ pub struct Observed {
     /// The Deployment `spec.workloadRef` names; `None` without workloadRef or when it does not
     /// exist.
     pub workload: Option<ObservedDeployment>,
+    /// The (Cluster)AnalysisTemplates the spec's analyses name, nested ones included; `None`
+    /// when none were read (the spec names none).
+    pub analysis_templates: Option<ObservedTemplates>,
+    /// Live pod templates of ReplicaSets, by name (the watch cache keeps none): read only for
+    /// the current revision, while the anti-affinity it was created with may name an old
+    /// stable revision.
+    pub live_templates: BTreeMap<String, serde_json::Value>,
+}
+
+/// Which template a reference names: cluster-scoped or in the Rollout's namespace, and its name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TemplateKey {
+    pub cluster: bool,
+    pub name: String,
+}
+
+impl TemplateKey {
+    pub fn of(reference: &RolloutAnalysisTemplate) -> Self {
+        Self {
+            cluster: reference.cluster_scope == Some(true),
+            name: reference.template_name.clone(),
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        if self.cluster {
+            "ClusterAnalysisTemplate"
+        } else {
+            "AnalysisTemplate"
+        }
+    }
+}
+
+/// The analysis templates read for a Rollout: those found, and those looked up and not found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObservedTemplates {
+    pub found: BTreeMap<TemplateKey, AnalysisTemplateSpec>,
+    pub missing: BTreeSet<TemplateKey>,
+}
+
+impl ObservedTemplates {
+    /// The spec of the template `reference` names, or why there is none.
+    fn lookup(&self, reference: &RolloutAnalysisTemplate) -> Result<AnalysisTemplateSpec, String> {
+        let key = TemplateKey::of(reference);
+        match self.found.get(&key) {
+            Some(spec) => Ok(spec.clone()),
+            None => Err(format!(
+                "{} {:?} not found: create it, or fix templateName",
+                key.kind(),
+                key.name
+            )),
+        }
+    }
 }
 
 impl Observed {
@@ -184,6 +288,19 @@ pub struct AnalysisRunToCreate {
     /// The stable revision (`Stable` arguments resolve to it).
     pub stable_pod_template_hash: String,
     pub analysis: RolloutAnalysis,
+    /// The run's spec, composed from the observed templates; `None` until the planner composed
+    /// it (never when the templates were observed).
+    pub spec: Option<AnalysisRunSpec>,
+    /// The revision of the ReplicaSet it analyses, written on the run as Argo does.
+    pub revision: Option<String>,
+}
+
+/// The current revision's ReplicaSet carries an anti-affinity term against an older stable
+/// revision: its pod template's affinity becomes `affinity`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AffinityRefresh {
+    pub replica_set: String,
+    pub affinity: serde_json::Value,
 }
 
 /// A `scale-down-deadline` annotation to write on a ReplicaSet: it keeps its pods until then.
@@ -324,6 +441,8 @@ pub struct Plan {
     pub evict_pods: Vec<String>,
     /// The new `spec.replicas` of the `spec.workloadRef` Deployment (`scaleDown`).
     pub scale_deployment: Option<DeploymentScale>,
+    /// The anti-affinity to point at the current stable revision (written after creation).
+    pub refresh_anti_affinity: Option<AffinityRefresh>,
 }
 
 impl Plan {
@@ -357,6 +476,7 @@ impl Plan {
             requeue_after: None,
             evict_pods: Vec::new(),
             scale_deployment: None,
+            refresh_anti_affinity: None,
         }
     }
 
@@ -375,5 +495,6 @@ impl Plan {
             && self.events.is_empty()
             && self.evict_pods.is_empty()
             && self.scale_deployment.is_none()
+            && self.refresh_anti_affinity.is_none()
     }
 }

@@ -220,18 +220,13 @@ fn remaining(now: Timestamp, at: Timestamp) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use rollouts_crds::conditions::PHASE_HEALTHY;
     use rollouts_crds::rollout::CanaryStep;
 
     use super::*;
-    use crate::planner::{ObservedReplicaSet, REVISION_ANNOTATION, plan};
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + seconds).expect("valid timestamp")
-    }
+    use crate::planner::plan_once as plan;
+    use crate::planner::test_world::{apply_writes, at};
 
     /// A canary of `replicas` pods planned until it is Healthy at `at(0)`, its pods started then.
     fn healthy(rollout: Rollout) -> (Rollout, Observed) {
@@ -239,21 +234,7 @@ mod tests {
         let mut observed = Observed::default();
         for _ in 0..10 {
             let plan = plan(&rollout, &observed, at(0));
-            if let Some(new) = &plan.create_replica_set {
-                observed.replica_sets.push(ObservedReplicaSet {
-                    name: new.name.clone(),
-                    pod_template_hash: new.pod_template_hash.clone(),
-                    replicas: new.replicas,
-                    current_replicas: new.replicas,
-                    ready_replicas: new.replicas,
-                    available_replicas: new.replicas,
-                    annotations: BTreeMap::from([(
-                        REVISION_ANNOTATION.to_string(),
-                        new.revision.to_string(),
-                    )]),
-                    created: at(0),
-                });
-            }
+            apply_writes(&mut observed, &plan, at(0), true);
             let done = plan.is_noop();
             rollout.status = Some(plan.status);
             if done {
@@ -355,7 +336,7 @@ mod tests {
 
         listed[0].ready_since = Some(at(103));
         observed.restart_pods = Some(listed);
-        let next = super::super::plan(&rollout, &observed, at(104));
+        let next = super::super::plan_once(&rollout, &observed, at(104));
         assert_eq!(next.evict_pods.len(), 1);
         assert_ne!(
             next.evict_pods[0],

@@ -8,7 +8,9 @@ use rollouts_crds::rollout::{Rollout, RolloutCondition, RolloutSpec, RolloutStat
 
 use std::time::Duration;
 
-use super::{Event, EventType};
+use rollouts_crds::FieldError;
+
+use super::{Event, EventType, Plan};
 
 /// Whether the status shows progress since `previous`: pods updated, old pods gone, more pods
 /// ready or available, a new stable, a step taken or new steps.
@@ -404,4 +406,39 @@ impl Outbox {
         };
         self.requeue_in(after);
     }
+}
+
+/// Sets `InvalidSpec` and touches nothing running.
+pub(super) fn invalid_spec(rollout: &Rollout, error: &FieldError, now: Timestamp) -> Plan {
+    let mut plan = Plan::unchanged(rollout);
+    let previous = plan.status.clone();
+    let message = error.to_string();
+    let condition = RolloutCondition::new(
+        INVALID_SPEC,
+        STATUS_TRUE,
+        INVALID_SPEC_REASON,
+        message.clone(),
+        Time(now),
+    );
+    let replaced = previous
+        .condition(INVALID_SPEC)
+        .is_some_and(|current| current.message != message);
+    if replaced {
+        plan.status.remove_condition(INVALID_SPEC);
+    }
+    if plan.status.set_condition(condition) {
+        plan.events.push(Event {
+            type_: EventType::Warning,
+            reason: INVALID_SPEC_REASON.into(),
+            message,
+        });
+    }
+    plan.status.observed_generation = generation_string(rollout);
+    (plan.status.phase, plan.status.message) = phase(&rollout.spec, &plan.status);
+    plan.status_changed = plan.status != previous;
+    plan
+}
+
+pub(super) fn generation_string(rollout: &Rollout) -> String {
+    rollout.metadata.generation.unwrap_or_default().to_string()
 }

@@ -22,37 +22,6 @@ pub(super) struct ValidSpec {
     pub pause_durations: Vec<Option<Duration>>,
 }
 
-/// Checks what the planner relies on; Argo rejects the same specs. A spec with `trafficRouting`
-/// is then refused as a whole until the act phase calls the routers.
-pub(super) fn validate(
-    rollout: &Rollout,
-    canary: &CanaryStrategy,
-) -> Result<ValidSpec, FieldError> {
-    let valid = validate_canary(rollout, canary)?;
-    if !TRAFFIC_ROUTING_APPLIED {
-        refuse_traffic_routing_until_applied(canary)?;
-    }
-    Ok(valid)
-}
-
-/// The gate: `true` since the act phase applies [`super::TrafficPlan`] to the routers (and
-/// re-asserts it on every reconcile), so routed canaries are planned instead of refused.
-pub(super) const TRAFFIC_ROUTING_APPLIED: bool = true;
-
-/// Refuses `trafficRouting`: the planner sizes ReplicaSets and status weights for it, but this
-/// controller version does not yet send those weights to any router, so status would claim
-/// weights that no router holds.
-fn refuse_traffic_routing_until_applied(canary: &CanaryStrategy) -> Result<(), FieldError> {
-    if canary.traffic_routing.is_none() {
-        return Ok(());
-    }
-    Err(FieldError::new(
-        "spec.strategy.canary.trafficRouting",
-        "trafficRouting is planned but not yet applied by this controller version, so no router would receive the canary weight",
-        "remove trafficRouting to run a basic canary (weights approximated by pod counts), or use a controller version that applies traffic routing",
-    ))
-}
-
 /// Refuses a canary spec the planner cannot plan, else resolves it for planning.
 pub(super) fn validate_canary(
     rollout: &Rollout,

@@ -110,7 +110,7 @@ pub fn resolve<'a>(
 
 /// `InvalidSpec` for a `workloadRef` that cannot be resolved; nothing else is touched.
 pub(super) fn invalid_spec(rollout: &Rollout, error: &FieldError, now: Timestamp) -> Plan {
-    let mut plan = super::canary::invalid_spec(rollout, error, now);
+    let mut plan = super::status::invalid_spec(rollout, error, now);
     plan.requeue_within(MISSING_WORKLOAD_REQUEUE);
     plan
 }
@@ -181,7 +181,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::planner::{ObservedReplicaSet, REVISION_ANNOTATION, plan};
+    use crate::planner::{ObservedReplicaSet, REVISION_ANNOTATION, plan_once as plan};
 
     fn now() -> Timestamp {
         Timestamp::from_second(1_800_000_000).expect("valid timestamp")

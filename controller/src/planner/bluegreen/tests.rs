@@ -3,15 +3,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use rollouts_crds::rollout::{PodTemplateMetadata, RolloutAnalysisTemplate, RolloutCondition};
 
 use super::*;
-use crate::planner::{REVISION_ANNOTATION, plan};
+use crate::planner::test_world::{apply_writes, at};
+use rollouts_crds::rollout::SCALE_DOWN_DEADLINE_ANNOTATION_KEY;
+
+use crate::planner::plan_once as plan;
 
 const NAME: &str = "web";
 const ACTIVE: &str = "web-active";
 const PREVIEW: &str = "web-preview";
-
-fn at(seconds: i64) -> Timestamp {
-    Timestamp::from_second(1_800_000_000 + seconds).expect("valid timestamp")
-}
 
 /// A fake cluster: applies plans as the act phase would, keeps the Services' selectors, and
 /// checks every plan is a pure function of its inputs. Pods become available at once unless
@@ -42,57 +41,7 @@ impl World {
     }
 
     fn apply(&mut self, plan: &Plan) {
-        let pods = |replicas: i32, instant: bool| if instant { replicas } else { 0 };
-        if let Some(new) = &plan.create_replica_set {
-            assert!(
-                self.observed
-                    .replica_sets
-                    .iter()
-                    .all(|rs| rs.name != new.name),
-                "ReplicaSet {} created twice",
-                new.name
-            );
-            self.observed.replica_sets.push(ObservedReplicaSet {
-                name: new.name.clone(),
-                pod_template_hash: new.pod_template_hash.clone(),
-                replicas: new.replicas,
-                current_replicas: new.replicas,
-                ready_replicas: pods(new.replicas, self.instant),
-                available_replicas: pods(new.replicas, self.instant),
-                annotations: BTreeMap::from([(
-                    REVISION_ANNOTATION.to_string(),
-                    new.revision.to_string(),
-                )]),
-                created: self.now,
-            });
-        }
-        if let Some(revise) = &plan.revise_replica_set {
-            self.rs_named(&revise.name)
-                .annotations
-                .insert(REVISION_ANNOTATION.to_string(), revise.revision.to_string());
-        }
-        for scale in &plan.scale_replica_sets {
-            let instant = self.instant;
-            let rs = self.rs_named(&scale.name);
-            assert_eq!(rs.replicas, scale.from);
-            rs.replicas = scale.to;
-            rs.current_replicas = scale.to;
-            if instant || scale.to < rs.available_replicas {
-                rs.ready_replicas = scale.to;
-                rs.available_replicas = scale.to;
-            }
-        }
-        for name in &plan.clear_scale_down_deadlines {
-            self.rs_named(name)
-                .annotations
-                .remove(SCALE_DOWN_DEADLINE_ANNOTATION_KEY);
-        }
-        for deadline in &plan.set_scale_down_deadlines {
-            self.rs_named(&deadline.name).annotations.insert(
-                SCALE_DOWN_DEADLINE_ANNOTATION_KEY.to_string(),
-                deadline.deadline.to_string(),
-            );
-        }
+        apply_writes(&mut self.observed, plan, self.now, self.instant);
         for selector in &plan.service_selectors {
             let serves = self.observed.replica_sets.iter().any(|rs| {
                 rs.pod_template_hash == selector.pod_template_hash && rs.available_replicas > 0
@@ -100,36 +49,6 @@ impl World {
             assert!(serves, "{selector:?} points at no available pod");
             self.selectors
                 .insert(selector.service.clone(), selector.pod_template_hash.clone());
-        }
-        self.observed
-            .replica_sets
-            .retain(|rs| !plan.delete_replica_sets.contains(&rs.name));
-        for run in &plan.create_analysis_runs {
-            assert!(
-                self.observed
-                    .analysis_runs
-                    .iter()
-                    .all(|r| r.name != run.name),
-                "AnalysisRun {} created twice",
-                run.name
-            );
-            self.observed.analysis_runs.push(ObservedAnalysisRun {
-                name: run.name.clone(),
-                pod_template_hash: run.pod_template_hash.clone(),
-                step_index: None,
-                phase: AnalysisPhase::Pending,
-                message: String::new(),
-                terminating: false,
-                created: self.now,
-                rollout_type: run.rollout_type.clone(),
-            });
-        }
-        for name in &plan.terminate_analysis_runs {
-            for run in &mut self.observed.analysis_runs {
-                if &run.name == name {
-                    run.terminating = true;
-                }
-            }
         }
         self.rollout.status = Some(plan.status.clone());
     }

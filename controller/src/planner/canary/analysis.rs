@@ -5,12 +5,13 @@
 
 use rollouts_crds::analysis::AnalysisPhase;
 use rollouts_crds::conditions::PAUSE_REASON_INCONCLUSIVE_ANALYSIS;
-use rollouts_crds::rollout::{ROLLOUT_TYPE_BACKGROUND, RolloutAnalysisRunStatus, RolloutStatus};
+use rollouts_crds::rollout::{ROLLOUT_TYPE_BACKGROUND, RolloutStatus};
 
+use super::super::analysis_runs::{pending_pointer, record_run_phase};
 use super::super::replicas::CanaryStableCounts;
 use super::super::validation::has_templates;
-use super::super::{AnalysisRunToCreate, EventType, ObservedAnalysisRun, Plan};
-use super::{Planner, phase_name, progress_threshold_met};
+use super::super::{AnalysisRunToCreate, ObservedAnalysisRun, Plan};
+use super::{Planner, progress_threshold_met};
 
 impl<'a> Planner<'a> {
     /// The canary ReplicaSet has the pods the current step sizes it to, available (or as many
@@ -107,13 +108,11 @@ impl<'a> Planner<'a> {
                             pod_template_hash: self.current_hash.clone(),
                             stable_pod_template_hash: self.base.stable_rs.clone(),
                             analysis: background.analysis.clone(),
+                            spec: None,
+                            revision: None,
                         });
                         next.canary.current_background_analysis_run_status =
-                            Some(RolloutAnalysisRunStatus {
-                                name: name.clone(),
-                                status: phase_name(AnalysisPhase::Pending).into(),
-                                message: String::new(),
-                            });
+                            Some(pending_pointer(&name));
                         current = Some(name);
                     } else {
                         next.canary.current_background_analysis_run_status = None;
@@ -154,34 +153,13 @@ impl<'a> Planner<'a> {
     /// Keeps `status.canary.currentBackgroundAnalysisRunStatus` in step with the run, with an
     /// event when its phase changes.
     fn record_background_phase(&mut self, next: &mut RolloutStatus, run: &ObservedAnalysisRun) {
-        let phase = phase_name(run.phase);
-        let previous = self
+        let before = self
             .base
             .canary
             .current_background_analysis_run_status
-            .as_ref()
-            .filter(|pointer| pointer.name == run.name)
-            .map(|pointer| pointer.status.clone())
-            .unwrap_or_default();
-        if previous != phase {
-            let type_ = match run.phase {
-                AnalysisPhase::Failed | AnalysisPhase::Error => EventType::Warning,
-                _ => EventType::Normal,
-            };
-            self.out.event(
-                type_,
-                &format!("AnalysisRun{phase}"),
-                format!(
-                    "Background Analysis Run '{}' Status New: '{phase}' Previous: '{previous}'",
-                    run.name
-                ),
-            );
-        }
-        next.canary.current_background_analysis_run_status = Some(RolloutAnalysisRunStatus {
-            name: run.name.clone(),
-            status: phase.into(),
-            message: run.message.clone(),
-        });
+            .as_ref();
+        let pointer = record_run_phase(&mut self.out, "Background", before, run);
+        next.canary.current_background_analysis_run_status = Some(pointer);
     }
 
     /// `<rollout>-<hash>-<revision>`, with `.N` appended while the name is taken.

@@ -1,21 +1,21 @@
-//! Background analysis and the warm-up rule for step analysis, planned over a fake cluster
-//! that applies plans as the act phase would (a smaller copy of `tests.rs`'s world that keeps
-//! background runs apart from step runs).
-
-use std::collections::BTreeMap;
+//! Background analysis, the warm-up rule for step analysis and the composition of each run
+//! from its templates, planned over the shared fake cluster ([`crate::planner::test_world`]).
 
 use rollouts_crds::rollout::{
     CanaryStep, ROLLOUT_TYPE_BACKGROUND, ROLLOUT_TYPE_STEP, RolloutAnalysisBackground,
 };
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use rollouts_crds::analysis::{AnalysisTemplateSpec, Metric};
+use rollouts_crds::rollout::{AnalysisRunArgument, ArgumentValueFrom, ValueFromPodTemplateHash};
+
 use super::*;
-use crate::planner::REVISION_ANNOTATION;
+use crate::planner::analysis_runs::phase_name;
+use crate::planner::test_world::{apply_writes, at};
+use crate::planner::{ObservedTemplates, TemplateKey};
 
 const NAME: &str = "web";
-
-fn at(seconds: i64) -> Timestamp {
-    Timestamp::from_second(1_800_000_000 + seconds).expect("valid timestamp")
-}
 
 struct World {
     rollout: Rollout,
@@ -39,78 +39,17 @@ impl World {
     }
 
     fn plan(&self) -> Plan {
-        let first = crate::planner::plan(&self.rollout, &self.observed, self.now);
+        let first = crate::planner::plan_once(&self.rollout, &self.observed, self.now);
         assert_eq!(
             first,
-            crate::planner::plan(&self.rollout, &self.observed, self.now)
+            crate::planner::plan_once(&self.rollout, &self.observed, self.now)
         );
         first
     }
 
     fn step(&mut self) -> Plan {
         let plan = self.plan();
-        if let Some(new) = &plan.create_replica_set {
-            let available = if self.instant { new.replicas } else { 0 };
-            self.observed.replica_sets.push(ObservedReplicaSet {
-                name: new.name.clone(),
-                pod_template_hash: new.pod_template_hash.clone(),
-                replicas: new.replicas,
-                current_replicas: new.replicas,
-                ready_replicas: available,
-                available_replicas: available,
-                annotations: BTreeMap::from([(
-                    REVISION_ANNOTATION.to_string(),
-                    new.revision.to_string(),
-                )]),
-                created: self.now,
-            });
-        }
-        for scale in &plan.scale_replica_sets {
-            let instant = self.instant;
-            let rs = self
-                .observed
-                .replica_sets
-                .iter_mut()
-                .find(|rs| rs.name == scale.name)
-                .expect("ReplicaSet exists");
-            rs.replicas = scale.to;
-            rs.current_replicas = scale.to;
-            if instant || scale.to < rs.available_replicas {
-                rs.ready_replicas = scale.to;
-                rs.available_replicas = scale.to;
-            }
-        }
-        self.observed
-            .replica_sets
-            .retain(|rs| !plan.delete_replica_sets.contains(&rs.name));
-        for run in &plan.create_analysis_runs {
-            assert!(
-                self.observed
-                    .analysis_runs
-                    .iter()
-                    .all(|r| r.name != run.name),
-                "AnalysisRun {} created twice",
-                run.name
-            );
-            self.observed.analysis_runs.push(ObservedAnalysisRun {
-                name: run.name.clone(),
-                pod_template_hash: run.pod_template_hash.clone(),
-                step_index: (run.rollout_type == ROLLOUT_TYPE_STEP).then_some(run.step_index),
-                phase: AnalysisPhase::Pending,
-                message: String::new(),
-                terminating: false,
-                created: self.now,
-                rollout_type: run.rollout_type.clone(),
-            });
-        }
-        for run in &mut self.observed.analysis_runs {
-            if plan.terminate_analysis_runs.contains(&run.name) {
-                run.terminating = true;
-            }
-        }
-        self.observed
-            .analysis_runs
-            .retain(|run| !plan.delete_analysis_runs.contains(&run.name));
+        apply_writes(&mut self.observed, &plan, self.now, self.instant);
         self.rollout.status = Some(plan.status.clone());
         self.now = self
             .now
@@ -461,4 +400,78 @@ fn a_step_analysis_waits_for_available_canary_pods() {
     world.make_pods_available();
     world.settle();
     assert_eq!(world.runs_of_type(ROLLOUT_TYPE_STEP).len(), 1);
+}
+
+/// A step naming a template that does not exist is a planned `InvalidSpec` naming the step and
+/// the template, and nothing is created; once the template exists, the run is planned with its
+/// spec composed (the `Latest` hash argument resolved) and the revision it analyses.
+#[test]
+fn a_missing_template_is_an_invalid_spec_and_a_found_one_is_composed_into_the_run() {
+    let mut step = CanaryStep::analysis("error-rate");
+    if let Some(analysis) = step.analysis.as_mut() {
+        analysis.args = Some(vec![AnalysisRunArgument {
+            name: "canary-hash".into(),
+            value: None,
+            value_from: Some(ArgumentValueFrom {
+                pod_template_hash_value: Some(ValueFromPodTemplateHash::Latest),
+                ..ArgumentValueFrom::default()
+            }),
+        }]);
+    }
+    let rollout = Rollout::test_canary(NAME, vec![CanaryStep::weight(25), step]).with_replicas(4);
+    let (mut world, _) = World::deployed(rollout);
+    let key = TemplateKey {
+        cluster: false,
+        name: "error-rate".into(),
+    };
+    world.observed.analysis_templates = Some(ObservedTemplates {
+        found: BTreeMap::new(),
+        missing: BTreeSet::from([key.clone()]),
+    });
+    world.update_image("nginx:1.28");
+    world.settle();
+    let invalid = world
+        .status()
+        .condition(INVALID_SPEC)
+        .expect("InvalidSpec")
+        .message
+        .clone();
+    assert!(
+        invalid.starts_with(
+            "spec.strategy.canary.steps[1].analysis: AnalysisTemplate \"error-rate\" not found"
+        ),
+        "{invalid}"
+    );
+    assert!(world.observed.analysis_runs.is_empty());
+
+    let template = AnalysisTemplateSpec {
+        metrics: vec![Metric {
+            name: "errors".into(),
+            ..Default::default()
+        }],
+        args: vec![AnalysisRunArgument {
+            name: "canary-hash".into(),
+            value: None,
+            value_from: None,
+        }],
+        ..Default::default()
+    };
+    world.observed.analysis_templates = Some(ObservedTemplates {
+        found: BTreeMap::from([(key, template)]),
+        missing: BTreeSet::new(),
+    });
+    let plans = world.settle();
+    assert!(world.status().condition(INVALID_SPEC).is_none());
+    let run = plans
+        .iter()
+        .flat_map(|plan| &plan.create_analysis_runs)
+        .next()
+        .expect("the step's run is created");
+    let spec = run.spec.as_ref().expect("composed");
+    assert_eq!(spec.metrics[0].name, "errors");
+    assert_eq!(
+        spec.args[0].value.as_deref(),
+        Some(run.pod_template_hash.as_str())
+    );
+    assert_eq!(run.revision.as_deref(), Some("2"));
 }

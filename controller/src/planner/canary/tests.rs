@@ -3,17 +3,16 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rollouts_crds::rollout::{CanaryStep, SetCanaryScale};
 
+use rollouts_crds::rollout::SCALE_DOWN_DEADLINE_ANNOTATION_KEY;
+
 use super::*;
 use crate::planner::REVISION_ANNOTATION;
 use crate::planner::replicas::{
     approximate_weighted_canary_stable_replica_counts, resolve_fenceposts,
 };
+use crate::planner::test_world::{apply_writes, at};
 
 const NAME: &str = "web";
-
-fn at(seconds: i64) -> Timestamp {
-    Timestamp::from_second(1_800_000_000 + seconds).expect("valid timestamp")
-}
 
 /// A fake cluster: applies plans the way the act phase would. Pods become available at once
 /// unless `instant` is off, and every plan is checked to be a pure function of its inputs.
@@ -41,76 +40,7 @@ impl World {
     }
 
     fn apply_actions(&mut self, plan: &Plan) {
-        let pods = |replicas: i32, instant: bool| if instant { replicas } else { 0 };
-        if let Some(new) = &plan.create_replica_set {
-            assert!(
-                self.observed
-                    .replica_sets
-                    .iter()
-                    .all(|rs| rs.name != new.name),
-                "ReplicaSet {} created twice",
-                new.name
-            );
-            self.observed.replica_sets.push(ObservedReplicaSet {
-                name: new.name.clone(),
-                pod_template_hash: new.pod_template_hash.clone(),
-                replicas: new.replicas,
-                current_replicas: new.replicas,
-                ready_replicas: pods(new.replicas, self.instant),
-                available_replicas: pods(new.replicas, self.instant),
-                annotations: BTreeMap::from([(
-                    REVISION_ANNOTATION.to_string(),
-                    new.revision.to_string(),
-                )]),
-                created: self.now,
-            });
-        }
-        for scale in &plan.scale_replica_sets {
-            let instant = self.instant;
-            let rs = self.rs_named(&scale.name);
-            assert_eq!(rs.replicas, scale.from);
-            rs.replicas = scale.to;
-            rs.current_replicas = scale.to;
-            if instant || scale.to < rs.available_replicas {
-                rs.ready_replicas = scale.to;
-                rs.available_replicas = scale.to;
-            }
-        }
-        for name in &plan.clear_scale_down_deadlines {
-            self.rs_named(name)
-                .annotations
-                .remove(SCALE_DOWN_DEADLINE_ANNOTATION_KEY);
-        }
-        self.observed
-            .replica_sets
-            .retain(|rs| !plan.delete_replica_sets.contains(&rs.name));
-        for run in &plan.create_analysis_runs {
-            assert!(
-                self.observed
-                    .analysis_runs
-                    .iter()
-                    .all(|r| r.name != run.name),
-                "AnalysisRun {} created twice",
-                run.name
-            );
-            self.observed.analysis_runs.push(ObservedAnalysisRun {
-                name: run.name.clone(),
-                pod_template_hash: run.pod_template_hash.clone(),
-                step_index: Some(run.step_index),
-                phase: AnalysisPhase::Pending,
-                message: String::new(),
-                terminating: false,
-                created: self.now,
-                rollout_type: run.rollout_type.clone(),
-            });
-        }
-        for name in &plan.terminate_analysis_runs {
-            for run in &mut self.observed.analysis_runs {
-                if &run.name == name {
-                    run.terminating = true;
-                }
-            }
-        }
+        apply_writes(&mut self.observed, plan, self.now, self.instant);
     }
 
     fn apply(&mut self, plan: &Plan) {

@@ -1,6 +1,5 @@
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use rollouts_crds::analysis::AnalysisPhase;
 use rollouts_crds::conditions::*;
 use rollouts_crds::rollout::{
     CanaryStep, HeaderRoutingMatch, ManagedRoute, NginxTrafficRouting, Rollout,
@@ -8,20 +7,13 @@ use rollouts_crds::rollout::{
     SetMirrorRoute, StringMatch,
 };
 
-use super::super::plan_past_traffic_gate;
 use super::*;
 use crate::planner::replicas::traffic_weight_to_replicas;
-use crate::planner::validation::TRAFFIC_ROUTING_APPLIED;
-use crate::planner::{
-    Observed, ObservedAnalysisRun, REVISION_ANNOTATION, plan as plan_through_gate,
-};
+use crate::planner::test_world::{apply_writes, at};
+use crate::planner::{Observed, plan_once as planner_plan};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 const NAME: &str = "web";
-
-fn at(seconds: i64) -> Timestamp {
-    Timestamp::from_second(1_800_000_000 + seconds).expect("valid timestamp")
-}
 
 /// How the fake router answers `verify_weight`.
 #[derive(Clone, Copy, PartialEq)]
@@ -82,10 +74,10 @@ impl World {
 
     fn plan(&mut self) -> Plan {
         self.observe_router();
-        let first = plan_past_traffic_gate(&self.rollout, &self.observed, self.now);
+        let first = super::super::plan(&self.rollout, &self.observed, self.now);
         assert_eq!(
             first,
-            plan_past_traffic_gate(&self.rollout, &self.observed, self.now)
+            super::super::plan(&self.rollout, &self.observed, self.now)
         );
         first
     }
@@ -97,59 +89,7 @@ impl World {
     }
 
     fn apply(&mut self, plan: &Plan) {
-        if let Some(new) = &plan.create_replica_set {
-            let available = if self.instant { new.replicas } else { 0 };
-            self.observed.replica_sets.push(ObservedReplicaSet {
-                name: new.name.clone(),
-                pod_template_hash: new.pod_template_hash.clone(),
-                replicas: new.replicas,
-                current_replicas: new.replicas,
-                ready_replicas: available,
-                available_replicas: available,
-                annotations: BTreeMap::from([(
-                    REVISION_ANNOTATION.to_string(),
-                    new.revision.to_string(),
-                )]),
-                created: self.now,
-            });
-        }
-        for scale in &plan.scale_replica_sets {
-            let instant = self.instant;
-            let rs = self.rs_named(&scale.name);
-            assert_eq!(rs.replicas, scale.from);
-            rs.replicas = scale.to;
-            rs.current_replicas = scale.to;
-            if instant || scale.to < rs.available_replicas {
-                rs.ready_replicas = scale.to;
-                rs.available_replicas = scale.to;
-            }
-        }
-        for deadline in &plan.set_scale_down_deadlines {
-            self.rs_named(&deadline.name).annotations.insert(
-                SCALE_DOWN_DEADLINE_ANNOTATION_KEY.to_string(),
-                deadline.deadline.to_string(),
-            );
-        }
-        for name in &plan.clear_scale_down_deadlines {
-            self.rs_named(name)
-                .annotations
-                .remove(SCALE_DOWN_DEADLINE_ANNOTATION_KEY);
-        }
-        self.observed
-            .replica_sets
-            .retain(|rs| !plan.delete_replica_sets.contains(&rs.name));
-        for run in &plan.create_analysis_runs {
-            self.observed.analysis_runs.push(ObservedAnalysisRun {
-                name: run.name.clone(),
-                pod_template_hash: run.pod_template_hash.clone(),
-                step_index: Some(run.step_index),
-                phase: AnalysisPhase::Pending,
-                message: String::new(),
-                terminating: false,
-                created: self.now,
-                rollout_type: run.rollout_type.clone(),
-            });
-        }
+        apply_writes(&mut self.observed, plan, self.now, self.instant);
         if let Some(traffic) = &plan.traffic {
             self.apply_traffic(traffic);
         }
@@ -246,14 +186,6 @@ impl World {
             .checked_add(SignedDuration::from_secs(seconds))
             .expect("time moves on");
         self.settle()
-    }
-
-    fn rs_named(&mut self, name: &str) -> &mut ObservedReplicaSet {
-        self.observed
-            .replica_sets
-            .iter_mut()
-            .find(|rs| rs.name == name)
-            .expect("ReplicaSet exists")
     }
 
     fn rs(&self, hash: &str) -> &ObservedReplicaSet {
@@ -923,7 +855,7 @@ fn invalid_router_specs_name_the_field() {
     for (break_it, field) in cases {
         let mut ro = valid.clone();
         break_it(&mut ro);
-        let plan = plan_past_traffic_gate(&ro, &Observed::default(), at(0));
+        let plan = super::super::plan(&ro, &Observed::default(), at(0));
         let invalid = plan.status.condition(INVALID_SPEC).expect("InvalidSpec");
         assert!(invalid.message.starts_with(field), "{}", invalid.message);
         assert!(plan.create_replica_set.is_none() && plan.traffic.is_none());
@@ -931,29 +863,12 @@ fn invalid_router_specs_name_the_field() {
 }
 
 #[test]
-fn the_gate_refuses_routed_rollouts_with_one_finding_until_routers_are_applied() {
+fn routed_rollouts_are_planned_with_their_traffic() {
     let ro = routed(3, weight_steps(&[20]));
-    let plan = plan_through_gate(&ro, &Observed::default(), at(0));
-    let invalid = plan.status.condition(INVALID_SPEC);
-    if TRAFFIC_ROUTING_APPLIED {
-        assert!(invalid.is_none());
-        assert!(plan.traffic.is_some());
-    } else {
-        let invalid = invalid.expect("InvalidSpec");
-        assert!(
-            invalid
-                .message
-                .starts_with("spec.strategy.canary.trafficRouting: "),
-            "{}",
-            invalid.message
-        );
-        assert!(invalid.message.contains("not yet applied"));
-        assert!(plan.create_replica_set.is_none() && plan.traffic.is_none());
-        assert_eq!(plan.events.len(), 1);
-    }
-    let past_gate = plan_past_traffic_gate(&ro, &Observed::default(), at(0));
-    assert!(past_gate.status.condition(INVALID_SPEC).is_none());
-    assert!(past_gate.create_replica_set.is_some());
+    let plan = planner_plan(&ro, &Observed::default(), at(0));
+    assert!(plan.status.condition(INVALID_SPEC).is_none());
+    assert!(plan.traffic.is_some());
+    assert!(plan.create_replica_set.is_some());
 }
 
 #[test]
