@@ -11,8 +11,8 @@
 mod validation;
 
 pub use validation::{
-    arg_references, int_or_string_value, validate_cluster_template, validate_metrics, validate_run,
-    validate_template, validate_template_spec,
+    NotAnInteger, arg_references, int_or_string_value, validate_cluster_template, validate_metrics,
+    validate_run, validate_template, validate_template_spec,
 };
 
 use std::collections::BTreeMap;

@@ -103,7 +103,7 @@ impl RolloutSpec {
     /// Surge and unavailable pod counts for `effective_replicas()`: surge rounds up,
     /// unavailable rounds down, and when both come out 0 unavailable becomes 1 (Argo's rule, so
     /// an update can always make progress). Errors name the malformed value.
-    pub fn resolve_fenceposts(&self) -> Result<(i32, i32), String> {
+    pub fn resolve_fenceposts(&self) -> Result<(i32, i32), IntOrPercentError> {
         let replicas = self.effective_replicas();
         let surge = scaled_value(&self.effective_max_surge(), replicas, true)?;
         let unavailable = scaled_value(&self.effective_max_unavailable(), replicas, false)?;
@@ -217,9 +217,22 @@ impl SetMirrorRoute {
     }
 }
 
+/// Why an int-or-percent (`maxSurge`, `maxUnavailable`) cannot be read as a count.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IntOrPercentError {
+    #[error("{text:?} is neither an integer nor a percentage like \"25%\"")]
+    NotAPercentage { text: String },
+    #[error("{text:?} of {total} is out of range")]
+    OutOfRange { text: String, total: i32 },
+}
+
 /// An int-or-percent (`3`, `"25%"`) as a count of `total`, rounding a percentage up or down.
 /// A string without `%` is an error, as Kubernetes treats it.
-pub fn scaled_value(value: &IntOrString, total: i32, round_up: bool) -> Result<i32, String> {
+pub fn scaled_value(
+    value: &IntOrString,
+    total: i32,
+    round_up: bool,
+) -> Result<i32, IntOrPercentError> {
     match value {
         IntOrString::Int(n) => Ok(*n),
         IntOrString::String(text) => {
@@ -230,16 +243,21 @@ pub fn scaled_value(value: &IntOrString, total: i32, round_up: bool) -> Result<i
             } else {
                 scaled.div_euclid(100)
             };
-            i32::try_from(count).map_err(|_| format!("{text:?} of {total} is out of range"))
+            i32::try_from(count).map_err(|_| IntOrPercentError::OutOfRange {
+                text: text.clone(),
+                total,
+            })
         }
     }
 }
 
 /// `"25%"` as 25; anything else is an error naming the value.
-pub fn parse_percent(text: &str) -> Result<i32, String> {
+pub fn parse_percent(text: &str) -> Result<i32, IntOrPercentError> {
     text.strip_suffix('%')
         .and_then(|n| n.parse::<i32>().ok())
-        .ok_or_else(|| format!("{text:?} is neither an integer nor a percentage like \"25%\""))
+        .ok_or_else(|| IntOrPercentError::NotAPercentage {
+            text: text.to_string(),
+        })
 }
 
 fn seconds_to_duration(seconds: i32) -> Duration {

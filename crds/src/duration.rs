@@ -1,15 +1,35 @@
 //! Durations as Argo writes them: Go duration strings ("30s", "1m30s", "500ms", "1h") and, for
 //! pause steps, a bare integer meaning seconds.
 
+use std::num::ParseFloatError;
 use std::time::Duration;
+
+/// Why a duration string does not parse; each variant carries the text as written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("empty duration")]
+    Empty,
+    #[error("duration {input:?} is missing a unit (s, m, h, ms)")]
+    MissingUnit { input: String },
+    #[error("duration {input:?} is not a number followed by a unit")]
+    NotANumber { input: String },
+    #[error("duration {input:?} has a malformed number")]
+    MalformedNumber {
+        input: String,
+        #[source]
+        source: ParseFloatError,
+    },
+    #[error("duration {input:?} has unknown unit {unit:?} (use ms, s, m or h)")]
+    UnknownUnit { input: String, unit: String },
+}
 
 /// Parses a Go-style duration string: a sequence of decimal numbers, each with a unit
 /// (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`). A bare integer is taken as seconds, as Argo does
 /// for `pause.duration`.
-pub fn parse(input: &str) -> Result<Duration, String> {
+pub fn parse(input: &str) -> Result<Duration, DurationError> {
     let s = input.trim();
     if s.is_empty() {
-        return Err("empty duration".to_string());
+        return Err(DurationError::Empty);
     }
     if let Ok(secs) = s.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
@@ -19,15 +39,21 @@ pub fn parse(input: &str) -> Result<Duration, String> {
     while !rest.is_empty() {
         let num_len = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("duration {input:?} is missing a unit (s, m, h, ms)"))?;
+            .ok_or_else(|| DurationError::MissingUnit {
+                input: input.to_string(),
+            })?;
         if num_len == 0 {
-            return Err(format!(
-                "duration {input:?} is not a number followed by a unit"
-            ));
+            return Err(DurationError::NotANumber {
+                input: input.to_string(),
+            });
         }
-        let value: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("duration {input:?} has a malformed number"))?;
+        let value: f64 =
+            rest[..num_len]
+                .parse()
+                .map_err(|source| DurationError::MalformedNumber {
+                    input: input.to_string(),
+                    source,
+                })?;
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -40,9 +66,10 @@ pub fn parse(input: &str) -> Result<Duration, String> {
             "m" => 60.0,
             "h" => 3600.0,
             unit => {
-                return Err(format!(
-                    "duration {input:?} has unknown unit {unit:?} (use ms, s, m or h)"
-                ));
+                return Err(DurationError::UnknownUnit {
+                    input: input.to_string(),
+                    unit: unit.to_string(),
+                });
             }
         };
         total += value * scale;
@@ -84,10 +111,11 @@ mod tests {
 
     #[test]
     fn rejects_malformed_durations_with_the_reason() {
-        assert!(parse("").unwrap_err().contains("empty"));
-        assert!(parse("5x").unwrap_err().contains("unknown unit"));
-        assert!(parse("m").unwrap_err().contains("not a number"));
-        assert!(parse("5.5.5s").unwrap_err().contains("malformed"));
+        let reason = |input: &str| parse(input).expect_err(input).to_string();
+        assert!(reason("").contains("empty"));
+        assert!(reason("5x").contains("unknown unit"));
+        assert!(reason("m").contains("not a number"));
+        assert!(reason("5.5.5s").contains("malformed"));
     }
 
     #[test]

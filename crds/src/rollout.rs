@@ -438,15 +438,24 @@ pub struct RolloutPause {
 impl RolloutPause {
     /// The pause length: `Ok(None)` for an indefinite pause, an error when the duration is
     /// negative or does not parse.
-    pub fn duration(&self) -> Result<Option<std::time::Duration>, String> {
+    pub fn duration(&self) -> Result<Option<std::time::Duration>, PauseDurationError> {
         match &self.duration {
             None => Ok(None),
             Some(IntOrString::Int(secs)) => u64::try_from(*secs)
                 .map(|s| Some(std::time::Duration::from_secs(s)))
-                .map_err(|_| format!("pause duration {secs} is negative")),
-            Some(IntOrString::String(text)) => crate::duration::parse(text).map(Some),
+                .map_err(|_| PauseDurationError::Negative { seconds: *secs }),
+            Some(IntOrString::String(text)) => Ok(Some(crate::duration::parse(text)?)),
         }
     }
+}
+
+/// Why `pause.duration` cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PauseDurationError {
+    #[error("pause duration {seconds} is negative")]
+    Negative { seconds: i32 },
+    #[error(transparent)]
+    Malformed(#[from] crate::duration::DurationError),
 }
 
 /// `setCanaryScale` step: size the canary independently of the traffic weight.

@@ -15,14 +15,23 @@ use crate::duration;
 
 /// The integer an `IntOrString` limit holds. A string must be a base-10 integer (after
 /// `{{args.x}}` substitution).
-pub fn int_or_string_value(value: &IntOrString) -> Result<i64, String> {
+pub fn int_or_string_value(value: &IntOrString) -> Result<i64, NotAnInteger> {
     match value {
         IntOrString::Int(i) => Ok(i64::from(*i)),
-        IntOrString::String(s) => s
-            .trim()
-            .parse::<i64>()
-            .map_err(|_| format!("{s:?} is not an integer")),
+        IntOrString::String(s) => s.trim().parse::<i64>().map_err(|source| NotAnInteger {
+            text: s.clone(),
+            source,
+        }),
     }
+}
+
+/// A limit written as a string that is not a base-10 integer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not an integer")]
+pub struct NotAnInteger {
+    pub text: String,
+    #[source]
+    pub source: std::num::ParseIntError,
 }
 
 /// Names of the arguments referenced as `{{args.name}}` (spaces inside the braces allowed) in
@@ -208,7 +217,7 @@ fn limit(
         Err(reason) => {
             errors.push(FieldError::new(
                 format!("{at}.{field}"),
-                reason,
+                reason.to_string(),
                 format!("set {field} to an integer or to {{{{args.<name>}}}}"),
             ));
             None
@@ -224,7 +233,7 @@ fn validate_duration(value: Option<&str>, field: &str, at: &str, errors: &mut Ve
     if let Err(reason) = duration::parse(text) {
         errors.push(FieldError::new(
             format!("{at}.{field}"),
-            reason,
+            reason.to_string(),
             format!("write {field} as a Go duration such as 30s, 5m or 1h"),
         ));
     }
