@@ -92,8 +92,29 @@ pub fn rollout_label_selector(instance_id: Option<&str>) -> String {
     }
 }
 
+/// Why a flag's value cannot be used; each variant carries the value as given.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    #[error(
+        "{value:?} is not a valid label value: use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+    )]
+    InstanceId { value: String },
+    #[error("{value:?} is not a duration: write it like 15s, 1m or 15")]
+    LeaseNotANumber {
+        value: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("{value:?} has an unknown unit: use s, m or h")]
+    LeaseUnit { value: String },
+    #[error(
+        "{value:?} is too short for a lease: use at least 3s (renewals happen every third of it)"
+    )]
+    LeaseTooShort { value: String },
+}
+
 /// An instance id becomes a label value, so it must be one.
-fn parse_instance_id(value: &str) -> Result<String, String> {
+fn parse_instance_id(value: &str) -> Result<String, FlagError> {
     let valid_chars = value
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
@@ -102,31 +123,38 @@ fn parse_instance_id(value: &str) -> Result<String, String> {
     if value.len() <= 63 && valid_chars && valid_ends {
         Ok(value.to_string())
     } else {
-        Err(format!(
-            "{value:?} is not a valid label value: use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-        ))
+        Err(FlagError::InstanceId {
+            value: value.to_string(),
+        })
     }
 }
 
 /// Whole seconds with an optional `s`, `m` or `h` unit, as Kubernetes durations are written.
-fn parse_lease_duration(value: &str) -> Result<Duration, String> {
+fn parse_lease_duration(value: &str) -> Result<Duration, FlagError> {
     let (digits, unit) = match value.find(|c: char| !c.is_ascii_digit()) {
         Some(at) => value.split_at(at),
         None => (value, "s"),
     };
     let amount: u64 = digits
         .parse()
-        .map_err(|_| format!("{value:?} is not a duration: write it like 15s, 1m or 15"))?;
+        .map_err(|source| FlagError::LeaseNotANumber {
+            value: value.to_string(),
+            source,
+        })?;
     let seconds = match unit {
         "s" => amount,
         "m" => amount * 60,
         "h" => amount * 3600,
-        _ => return Err(format!("{value:?} has an unknown unit: use s, m or h")),
+        _ => {
+            return Err(FlagError::LeaseUnit {
+                value: value.to_string(),
+            });
+        }
     };
     if seconds < 3 {
-        return Err(format!(
-            "{value:?} is too short for a lease: use at least 3s (renewals happen every third of it)"
-        ));
+        return Err(FlagError::LeaseTooShort {
+            value: value.to_string(),
+        });
     }
     Ok(Duration::from_secs(seconds))
 }

@@ -20,6 +20,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// A router object read from the API server cannot be turned into JSON.
+    #[error("{kind} {object}: cannot be read as JSON: {source}")]
+    Json {
+        kind: &'static str,
+        object: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
     /// A router object the Rollout names does not exist.
     #[error("{kind} {object} not found: create it, or fix {field} in Rollout {rollout}")]
     NotFound {
@@ -60,7 +69,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::InvalidSpec { .. } => "invalid_spec",
-            Error::InvalidObject { .. } => "invalid_object",
+            Error::InvalidObject { .. } | Error::Json { .. } => "invalid_object",
             Error::NotFound { .. } => "not_found",
             Error::NotOwned { .. } => "not_owned",
             Error::Kube { .. } => "kube",

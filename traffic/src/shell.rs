@@ -90,10 +90,10 @@ pub(crate) async fn get(
         })?;
     found
         .map(|object| {
-            let mut value = serde_json::to_value(object).map_err(|err| Error::InvalidObject {
+            let mut value = serde_json::to_value(object).map_err(|source| Error::Json {
                 kind: kind.kind,
                 object: format!("{namespace}/{name}"),
-                reason: format!("cannot be read as JSON: {err}"),
+                source,
             })?;
             // Dynamic objects may come back without their type when the server omits it.
             value["apiVersion"] = Value::String(kind.api_version());

@@ -134,13 +134,20 @@ pub fn template_in_file(
     Ok((reference, metadata, spec))
 }
 
+/// An `-a` value without a name before its `=`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not NAME=VALUE (fix: write the argument as -a NAME=VALUE)")]
+pub struct ArgumentError {
+    text: String,
+}
+
 /// `-a NAME=VALUE`, split at the first `=` (a value may hold more).
-fn parse_argument(text: &str) -> Result<(String, String), String> {
+fn parse_argument(text: &str) -> std::result::Result<(String, String), ArgumentError> {
     match text.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
-        _ => Err(format!(
-            "{text:?} is not NAME=VALUE (fix: write the argument as -a NAME=VALUE)"
-        )),
+        _ => Err(ArgumentError {
+            text: text.to_string(),
+        }),
     }
 }
 

@@ -22,15 +22,29 @@ pub struct Args {
     pub timeout: Duration,
 }
 
+/// Why a `--timeout` value is not a duration.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TimeoutError {
+    #[error("{text:?} is not a duration (fix: write a number with a unit, such as 60s or 5m)")]
+    NotANumber {
+        text: String,
+        #[source]
+        source: std::num::ParseFloatError,
+    },
+    #[error("unknown unit {unit:?} in {text:?} (fix: use ms, s, m or h)")]
+    UnknownUnit { text: String, unit: String },
+}
+
 /// A duration as kubectl flags take it: a number with `ms`, `s`, `m` or `h`, or bare seconds.
-pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+pub fn parse_duration(text: &str) -> std::result::Result<Duration, TimeoutError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| {
-        format!("{text:?} is not a duration (fix: write a number with a unit, such as 60s or 5m)")
+    let value: f64 = number.parse().map_err(|source| TimeoutError::NotANumber {
+        text: text.to_string(),
+        source,
     })?;
     let seconds = match unit {
         "" | "s" => value,
@@ -38,9 +52,10 @@ pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
         "m" => value * 60.0,
         "h" => value * 3600.0,
         other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (fix: use ms, s, m or h)"
-            ));
+            return Err(TimeoutError::UnknownUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            });
         }
     };
     Ok(Duration::from_secs_f64(seconds))
@@ -125,6 +140,7 @@ mod tests {
         assert!(
             parse_duration("5d")
                 .unwrap_err()
+                .to_string()
                 .contains("use ms, s, m or h")
         );
         assert!(parse_duration("soon").is_err());
