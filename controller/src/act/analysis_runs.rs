@@ -72,8 +72,11 @@ pub(super) async fn create(
         return Err(Error::InvalidAnalysis {
             namespace: target.namespace.clone(),
             rollout: target.name.clone(),
-            field: run.name.clone(),
-            reason: "its templates were not read before planning".into(),
+            field: run.field(),
+            reason: format!(
+                "the templates of AnalysisRun {} were not read before planning",
+                run.name
+            ),
         });
     };
     let analysis_run = analysis_run_for(target, rollout, run, spec);

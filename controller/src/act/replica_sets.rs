@@ -215,7 +215,7 @@ pub(super) async fn sync_ephemeral_metadata(
     );
     let target = writer.target;
     let listed = writer
-        .api_of::<Pod>()
+        .api::<Pod>()
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(|source| Error::Read {
@@ -248,7 +248,7 @@ pub(super) async fn scale(writer: &Writer<'_>, name: &str, to: i32) -> Result<()
 /// are honoured: an eviction a budget refuses (429) is left for a later reconcile.
 pub(super) async fn evict_pod(writer: &Writer<'_>, name: &str) -> Result<()> {
     match writer
-        .api_of::<Pod>()
+        .api::<Pod>()
         .evict(name, &EvictParams::default())
         .await
     {

@@ -82,7 +82,9 @@ pub(super) struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    fn api<K: Written>(&self) -> Api<K> {
+    /// The API of a kind, also for the reads and verbs the writer does not cover (lists,
+    /// eviction).
+    pub fn api<K: Written>(&self) -> Api<K> {
         Api::namespaced(self.ctx.client.clone(), &self.target.namespace)
     }
 
@@ -190,10 +192,5 @@ impl Writer<'_> {
         }
         self.expect_deleted::<K>(name);
         Ok(())
-    }
-
-    /// The API of a kind, for the reads and verbs the writer does not cover (lists, eviction).
-    pub fn api_of<K: Written>(&self) -> Api<K> {
-        self.api::<K>()
     }
 }

@@ -1,5 +1,4 @@
-//! What both strategies do with the AnalysisRuns they start and read: the phase names status
-//! and events use, and one way to keep a status pointer in step with its run, with an event on
+//! What both strategies do with the AnalysisRuns they start and read: one way to keep a status pointer in step with its run, with an event on
 //! each phase change (Argo's `emitAnalysisRunStatusChanges`, for step, background, pre- and
 //! post-promotion runs alike); and the spec of each run a plan creates, composed from the
 //! templates observed for it.
@@ -18,22 +17,11 @@ use super::{
     AnalysisRunToCreate, EventType, Observed, ObservedAnalysisRun, Plan, REVISION_ANNOTATION,
 };
 
-pub(super) fn phase_name(phase: AnalysisPhase) -> &'static str {
-    match phase {
-        AnalysisPhase::Pending => "Pending",
-        AnalysisPhase::Running => "Running",
-        AnalysisPhase::Successful => "Successful",
-        AnalysisPhase::Failed => "Failed",
-        AnalysisPhase::Error => "Error",
-        AnalysisPhase::Inconclusive => "Inconclusive",
-    }
-}
-
 /// The status pointer of a run this plan creates.
 pub(super) fn pending_pointer(name: &str) -> RolloutAnalysisRunStatus {
     RolloutAnalysisRunStatus {
         name: name.to_string(),
-        status: phase_name(AnalysisPhase::Pending).into(),
+        status: AnalysisPhase::Pending.as_str().into(),
         message: String::new(),
     }
 }
@@ -47,7 +35,7 @@ pub(super) fn record_run_phase(
     before: Option<&RolloutAnalysisRunStatus>,
     run: &ObservedAnalysisRun,
 ) -> RolloutAnalysisRunStatus {
-    let phase = phase_name(run.phase);
+    let phase = run.phase.as_str();
     let previous = before
         .filter(|pointer| pointer.name == run.name)
         .map(|pointer| pointer.status.clone())
@@ -93,7 +81,7 @@ pub(super) fn complete_runs(
         let Some(templates) = observed.analysis_templates.as_ref() else {
             continue;
         };
-        let field = run_field(run);
+        let field = run.field();
         let invalid = |reason: String| {
             FieldError::new(
                 field.clone(),
@@ -121,13 +109,19 @@ pub(super) fn complete_runs(
     Ok(())
 }
 
-/// The Rollout field that asks for the run, for messages.
-fn run_field(run: &AnalysisRunToCreate) -> String {
-    match run.rollout_type.as_str() {
-        ROLLOUT_TYPE_PRE_PROMOTION => "spec.strategy.blueGreen.prePromotionAnalysis".to_string(),
-        ROLLOUT_TYPE_POST_PROMOTION => "spec.strategy.blueGreen.postPromotionAnalysis".to_string(),
-        ROLLOUT_TYPE_BACKGROUND => "spec.strategy.canary.analysis".to_string(),
-        _ => format!("spec.strategy.canary.steps[{}].analysis", run.step_index),
+impl AnalysisRunToCreate {
+    /// The Rollout field that asks for the run, for messages.
+    pub fn field(&self) -> String {
+        match self.rollout_type.as_str() {
+            ROLLOUT_TYPE_PRE_PROMOTION => {
+                "spec.strategy.blueGreen.prePromotionAnalysis".to_string()
+            }
+            ROLLOUT_TYPE_POST_PROMOTION => {
+                "spec.strategy.blueGreen.postPromotionAnalysis".to_string()
+            }
+            ROLLOUT_TYPE_BACKGROUND => "spec.strategy.canary.analysis".to_string(),
+            _ => format!("spec.strategy.canary.steps[{}].analysis", self.step_index),
+        }
     }
 }
 

@@ -11,7 +11,6 @@ use rollouts_crds::analysis::{AnalysisTemplateSpec, Metric};
 use rollouts_crds::rollout::{AnalysisRunArgument, ArgumentValueFrom, ValueFromPodTemplateHash};
 
 use super::*;
-use crate::planner::analysis_runs::phase_name;
 use crate::planner::test_world::{apply_writes, at};
 use crate::planner::{ObservedTemplates, TemplateKey};
 
@@ -258,7 +257,7 @@ fn a_failed_background_run_aborts_mid_rollout() {
         let warnings = plans
             .iter()
             .flat_map(|plan| &plan.events)
-            .filter(|event| event.reason == format!("AnalysisRun{}", phase_name(failure)))
+            .filter(|event| event.reason == format!("AnalysisRun{}", failure.as_str()))
             .count();
         assert_eq!(warnings, 1);
         assert_eq!(world.background_runs().len(), 1, "no run while aborted");
