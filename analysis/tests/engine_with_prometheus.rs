@@ -1,12 +1,11 @@
 //! The whole loop a controller runs for an AnalysisRun, against a Prometheus stand-in on
 //! 127.0.0.1: plan, resolve arguments (a secret included), measure, conclude, requeue.
 
-mod fake_prometheus;
-
 use k8s_openapi::jiff::Timestamp;
 use rollouts_analysis::engine::{self, Outcome, Plan};
 use rollouts_analysis::{args, provider};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisRunStatus};
+use rollouts_e2e::fake_prometheus::FakePrometheus;
 
 fn run_manifest(address: &str) -> AnalysisRun {
     let yaml = format!(
@@ -78,7 +77,7 @@ async fn reconcile(
 
 #[tokio::test]
 async fn two_bad_measurements_in_a_row_fail_the_run() {
-    let server = fake_prometheus::start().await;
+    let server = FakePrometheus::start().await;
     server.script(
         "errors{service=\"checkout\"}",
         &["0.01", "0.09", "0.02", "0.08", "0.07"],
@@ -116,7 +115,7 @@ async fn two_bad_measurements_in_a_row_fail_the_run() {
         result.metadata["ResolvedPrometheusQuery"],
         "errors{service=\"checkout\"}"
     );
-    let seen = server.seen.lock().expect("lock").clone();
+    let seen = server.requests();
     assert_eq!(seen.len(), 5);
     assert!(
         seen.iter()

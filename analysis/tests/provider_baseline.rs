@@ -1,13 +1,12 @@
 //! The baseline judge provider against the Prometheus stand-in: canary and baseline range
 //! queries over the same window, judged, with the verdict going to the successCondition.
 
-mod fake_prometheus;
-
 use k8s_openapi::jiff::Timestamp;
 use rollouts_analysis::provider::{
     BaselineJudgeProvider, MetricProvider, PrometheusProvider, RunContext,
 };
 use rollouts_crds::analysis::{AnalysisPhase, Measurement, Metric, MetricProvider as Provider};
+use rollouts_e2e::fake_prometheus::FakePrometheus;
 use serde_json::{Value, json};
 
 const QUERY: &str = "errors{hash=\"{{hash}}\"}";
@@ -54,7 +53,7 @@ const HIGH: &str = "0.050,0.052,0.049,0.051,0.055,0.050,0.048,0.053,0.051,0.050"
 
 #[tokio::test]
 async fn a_canary_worse_than_stable_fails_the_condition() {
-    let server = fake_prometheus::start().await;
+    let server = FakePrometheus::start().await;
     server.script("errors{hash=\"canary1\"}", &[HIGH]);
     server.script("errors{hash=\"stable1\"}", &[LOW]);
     let measured = measure(&metric(&server.address, json!({}))).await;
@@ -69,7 +68,7 @@ async fn a_canary_worse_than_stable_fails_the_condition() {
     assert_eq!(value["canarySamples"], 10);
     assert!(value["meanRatio"].as_f64().expect("ratio") > 4.0);
 
-    let seen = server.seen.lock().expect("lock").clone();
+    let seen = server.requests();
     assert_eq!(seen.len(), 2);
     for request in &seen {
         assert_eq!(request.path, "/api/v1/query_range");
@@ -81,7 +80,7 @@ async fn a_canary_worse_than_stable_fails_the_condition() {
 
 #[tokio::test]
 async fn a_canary_like_stable_passes() {
-    let server = fake_prometheus::start().await;
+    let server = FakePrometheus::start().await;
     server.script("errors{hash=\"canary1\"}", &[LOW]);
     server.script("errors{hash=\"stable1\"}", &[LOW]);
     let measured = measure(&metric(&server.address, json!({}))).await;
@@ -96,7 +95,7 @@ async fn a_canary_like_stable_passes() {
 
 #[tokio::test]
 async fn too_few_samples_take_the_no_data_policy() {
-    let server = fake_prometheus::start().await;
+    let server = FakePrometheus::start().await;
     server.script("errors{hash=\"canary1\"}", &["0.05,0.06", "0.05,0.06"]);
     server.script("errors{hash=\"stable1\"}", &[LOW, LOW]);
     let inconclusive = measure(&metric(&server.address, json!({}))).await;
@@ -112,7 +111,7 @@ async fn too_few_samples_take_the_no_data_policy() {
 
 #[tokio::test]
 async fn a_failing_side_is_an_error_naming_it() {
-    let server = fake_prometheus::start().await;
+    let server = FakePrometheus::start().await;
     server.script("errors{hash=\"canary1\"}", &[LOW]);
     let measured = measure(&metric(&server.address, json!({}))).await;
     assert_eq!(measured.phase, AnalysisPhase::Error);

@@ -1,8 +1,6 @@
 //! The Prometheus provider against a small in-test server on 127.0.0.1 that answers
 //! `/api/v1/query` and `/api/v1/query_range` with canned Prometheus JSON.
 
-mod fake_prometheus;
-
 use k8s_openapi::jiff::Timestamp;
 use rollouts_analysis::provider::{MetricProvider, PrometheusProvider, RunContext};
 use rollouts_crds::analysis::{
@@ -10,9 +8,8 @@ use rollouts_crds::analysis::{
     MetricProvider as Provider, OAuth2Config, PrometheusMetric, PrometheusRangeQueryArgs,
     WebMetricHeader,
 };
+use rollouts_e2e::fake_prometheus::FakePrometheus;
 use tokio::net::TcpListener;
-
-use fake_prometheus::start;
 
 fn now() -> Timestamp {
     "2024-05-01T10:00:00Z".parse().expect("timestamp")
@@ -51,7 +48,7 @@ fn provider() -> PrometheusProvider {
 
 #[tokio::test]
 async fn a_vector_becomes_a_list_of_floats() {
-    let server = start().await;
+    let server = FakePrometheus::start().await;
     let p = provider();
     let good = measure(
         &p,
@@ -75,7 +72,7 @@ async fn a_vector_becomes_a_list_of_floats() {
     assert_eq!(bad.phase, AnalysisPhase::Failed);
     assert_eq!(bad.value, "[0.5]");
 
-    let seen = server.seen.lock().expect("lock").clone();
+    let seen = server.requests();
     assert_eq!(seen[0].path, "/api/v1/query");
     assert_eq!(seen[0].params["query"], "vector_good");
     assert_eq!(seen[0].params["time"], now().as_second().to_string());
@@ -83,7 +80,7 @@ async fn a_vector_becomes_a_list_of_floats() {
 
 #[tokio::test]
 async fn nan_and_empty_results_follow_argo() {
-    let server = start().await;
+    let server = FakePrometheus::start().await;
     let p = provider();
     let nan = measure(
         &p,
@@ -127,7 +124,7 @@ async fn nan_and_empty_results_follow_argo() {
 
 #[tokio::test]
 async fn a_scalar_is_a_number_and_a_range_query_flattens_the_matrix() {
-    let server = start().await;
+    let server = FakePrometheus::start().await;
     let p = provider();
     let scalar = measure(&p, &metric(&server.address, "scalar", "result == 42")).await;
     assert_eq!(
@@ -157,7 +154,7 @@ async fn a_scalar_is_a_number_and_a_range_query_flattens_the_matrix() {
         measured.message
     );
     assert_eq!(measured.value, "[0.1,0.2,0.25]");
-    let seen = server.seen.lock().expect("lock").clone();
+    let seen = server.requests();
     let request = seen
         .iter()
         .find(|s| s.path == "/api/v1/query_range")
@@ -172,7 +169,7 @@ async fn a_scalar_is_a_number_and_a_range_query_flattens_the_matrix() {
 
 #[tokio::test]
 async fn headers_and_basic_auth_are_sent() {
-    let server = start().await;
+    let server = FakePrometheus::start().await;
     let mut m = metric(&server.address, "scalar", "result == 42");
     let config = m.provider.prometheus.as_mut().expect("prometheus");
     config.headers = vec![WebMetricHeader {
@@ -193,14 +190,14 @@ async fn headers_and_basic_auth_are_sent() {
         "{}",
         measured.message
     );
-    let seen = server.seen.lock().expect("lock").clone();
+    let seen = server.requests();
     assert_eq!(seen[0].headers["x-scope-orgid"], "tenant-a");
     assert_eq!(seen[0].headers["authorization"], "Basic dXNlcjpwYXNz");
 }
 
 #[tokio::test]
 async fn failures_are_error_measurements_with_the_reason() {
-    let server = start().await;
+    let server = FakePrometheus::start().await;
     let p = provider();
     let rejected = measure(&p, &metric(&server.address, "sum(", "result[0] > 0")).await;
     assert_eq!(rejected.phase, AnalysisPhase::Error);
@@ -272,7 +269,7 @@ async fn the_resolved_query_is_the_metric_result_metadata() {
 
 #[tokio::test]
 async fn identical_queries_at_the_same_time_share_one_request() {
-    let server = start().await;
+    let server = FakePrometheus::start().await;
     let p = provider();
     let m = metric(&server.address, "vector_good", "result[0] >= 0.95");
     let context = |now| RunContext {
@@ -298,7 +295,7 @@ async fn identical_queries_at_the_same_time_share_one_request() {
             measured.message
         );
     }
-    assert_eq!(server.seen.lock().expect("lock").len(), 1);
+    assert_eq!(server.requests().len(), 1);
 
     // Another evaluation time, or another header, is another request.
     let later = now()
@@ -316,12 +313,12 @@ async fn identical_queries_at_the_same_time_share_one_request() {
         value: "b".into(),
     }];
     p.run(context(now()), &tenant).await;
-    assert_eq!(server.seen.lock().expect("lock").len(), 3);
+    assert_eq!(server.requests().len(), 3);
 }
 
 #[tokio::test]
 async fn oauth2_client_credentials_fetch_a_bearer_token() {
-    let server = start().await;
+    let server = FakePrometheus::start().await;
     let mut m = metric(&server.address, "scalar", "result == 42");
     m.provider
         .prometheus
@@ -343,7 +340,7 @@ async fn oauth2_client_credentials_fetch_a_bearer_token() {
         "{}",
         measured.message
     );
-    let seen = server.seen.lock().expect("lock").clone();
+    let seen = server.requests();
     assert_eq!(seen[0].path, "/oauth/token");
     assert_eq!(
         seen[0].body,

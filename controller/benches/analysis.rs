@@ -30,7 +30,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -38,12 +37,10 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun};
+use rollouts_e2e::fake_prometheus::FakePrometheus;
 use rollouts_e2e::sim::{RequestRecord, SimHandle, SimOptions, start};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
-use tokio::task::JoinHandle;
 
 mod support;
 use support::{cpu_seconds, memory};
@@ -96,7 +93,8 @@ async fn bench(n: usize, rest: Duration, setup: Duration) {
         .expect("writes the kubeconfig");
     let config = kube::Config::new(sim.url().parse().expect("the simulator URL is a URI"));
     let client = Client::try_from(config).expect("a client for a plain-HTTP server");
-    let prometheus = Prometheus::start().await;
+    let prometheus = FakePrometheus::start().await;
+    prometheus.answer_every_query("0.01");
     let controller = ControllerProcess::start(&kubeconfig, &prometheus.address);
     wait_for_controller_watch(&sim).await;
 
@@ -146,7 +144,7 @@ async fn bench(n: usize, rest: Duration, setup: Duration) {
     let settled = quiet(&sim, Duration::from_secs(5), Duration::from_secs(60)).await;
     let rss_finished = memory(controller.pid);
     let run_requests = sim.requests();
-    let run_queries = prometheus.take();
+    let run_queries = Queries::take(&prometheus);
 
     println!("\n== 1. {n} AnalysisRuns of one metric (interval 2s, count 3) ==");
     println!(
@@ -211,7 +209,7 @@ async fn bench(n: usize, rest: Duration, setup: Duration) {
     drop(run_requests);
 
     sim.clear_requests();
-    prometheus.take();
+    Queries::take(&prometheus);
     let cpu_before = cpu_seconds(controller.pid);
     let window_start = Instant::now();
     tokio::time::sleep(rest).await;
@@ -219,7 +217,7 @@ async fn bench(n: usize, rest: Duration, setup: Duration) {
     let cpu = cpu_seconds(controller.pid) - cpu_before;
     let rss_rest = memory(controller.pid);
     let rest_requests = sim.requests();
-    let rest_queries = prometheus.take();
+    let rest_queries = Queries::take(&prometheus);
     let rest_writes = tally(controller_requests(&rest_requests).filter(|r| is_write(r)));
     let rest_reads = tally(controller_requests(&rest_requests).filter(|r| !is_write(r)));
     drop(controller);
@@ -339,128 +337,20 @@ struct Queries {
     pairs: HashMap<(String, String), usize>,
 }
 
-/// A Prometheus stand-in: every instant query gets a one-sample vector of 0.01.
-struct Prometheus {
-    address: String,
-    seen: Arc<Mutex<Queries>>,
-    server: JoinHandle<()>,
-}
-
-impl Prometheus {
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binds loopback");
-        let address = format!("http://{}", listener.local_addr().expect("an address"));
-        let seen = Arc::new(Mutex::new(Queries::default()));
-        let server = tokio::spawn(serve(listener, seen.clone()));
-        Self {
-            address,
-            seen,
-            server,
+impl Queries {
+    /// The stand-in's requests since the last call, counted.
+    fn take(prometheus: &FakePrometheus) -> Self {
+        let mut queries = Self::default();
+        for request in prometheus.take_requests() {
+            let time = request.params.get("time").cloned().unwrap_or_default();
+            queries.total += 1;
+            *queries
+                .pairs
+                .entry((request.query().to_string(), time))
+                .or_default() += 1;
         }
+        queries
     }
-
-    fn take(&self) -> Queries {
-        std::mem::take(&mut *self.seen.lock().expect("lock"))
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-async fn serve(listener: TcpListener, seen: Arc<Mutex<Queries>>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            return;
-        };
-        tokio::spawn(answer(stream, seen.clone()));
-    }
-}
-
-/// Answers the requests of one connection (keep-alive), counting each query.
-async fn answer(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Queries>>) {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let end = loop {
-            if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at + 4;
-            }
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-        };
-        let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
-        let body_length: usize = head
-            .split("\r\n")
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.trim().parse().ok())
-            .unwrap_or(0);
-        while buffer.len() < end + body_length {
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-        }
-        // A POSTed form carries the parameters in the body, a GET in the target.
-        let body = String::from_utf8_lossy(&buffer[end..end + body_length]).into_owned();
-        buffer.drain(..end + body_length);
-        let target = head
-            .split("\r\n")
-            .next()
-            .and_then(|l| l.split(' ').nth(1))
-            .unwrap_or("/");
-        let query_string = target.split_once('?').map_or("", |(_, q)| q);
-        let params: BTreeMap<String, String> = query_string
-            .split('&')
-            .chain(body.split('&'))
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (percent_decode(k), percent_decode(v)))
-            .collect();
-        let query = params.get("query").cloned().unwrap_or_default();
-        let time = params.get("time").cloned().unwrap_or_default();
-        let sample_time = time.parse::<f64>().unwrap_or(0.0);
-        {
-            let mut seen = seen.lock().expect("lock");
-            seen.total += 1;
-            *seen.pairs.entry((query, time)).or_default() += 1;
-        }
-        let body = format!(
-            r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[{sample_time},"0.01"]}}]}}}}"#
-        );
-        let response = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if stream.write_all(response.as_bytes()).await.is_err() {
-            return;
-        }
-    }
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("00");
-                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The controller binary; killed when dropped.

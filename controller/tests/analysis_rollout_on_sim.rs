@@ -9,10 +9,9 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -20,91 +19,15 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisTemplate, MetricResult};
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
+use rollouts_e2e::fake_prometheus::FakePrometheus;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
-use tokio::task::JoinHandle;
 
 use support::{NAMESPACE, Sim};
 
 const DEADLINE: Duration = Duration::from_secs(40);
 /// The query of every test's AnalysisTemplate.
 const ERROR_RATE: &str = "sum(rate(http_requests_total{code=\"500\"}[1m]))";
-
-/// A Prometheus stand-in: `/api/v1/query` answers a one-sample vector with the next value
-/// queued for the query (the last one repeats); unknown queries get a 400.
-struct FakePrometheus {
-    address: String,
-    answers: Arc<Mutex<HashMap<String, VecDeque<String>>>>,
-    server: JoinHandle<()>,
-}
-
-impl FakePrometheus {
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binds loopback");
-        let address = format!("http://{}", listener.local_addr().expect("address"));
-        let answers = Arc::new(Mutex::new(HashMap::new()));
-        let server = tokio::spawn(serve(listener, answers.clone()));
-        Self {
-            address,
-            answers,
-            server,
-        }
-    }
-
-    /// From now on the query is answered with `values` in turn, the last one repeating.
-    fn answer(&self, query: &str, values: &[&str]) {
-        self.answers.lock().expect("lock").insert(
-            query.to_string(),
-            values.iter().map(|v| v.to_string()).collect(),
-        );
-    }
-}
-
-impl Drop for FakePrometheus {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-async fn serve(listener: TcpListener, answers: Arc<Mutex<HashMap<String, VecDeque<String>>>>) {
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            return;
-        };
-        let answers = answers.clone();
-        tokio::spawn(async move {
-            let Some(head) = support::read_request_head(&mut stream).await else {
-                return;
-            };
-            let target = head
-                .split("\r\n")
-                .next()
-                .and_then(|line| line.split(' ').nth(1))
-                .unwrap_or("/");
-            let params = support::query_params(target);
-            let query = params.get("query").cloned().unwrap_or_default();
-            let time = params.get("time").cloned().unwrap_or_else(|| "0".into());
-            let value = answers
-                .lock()
-                .expect("lock")
-                .get_mut(&query)
-                .and_then(|values| {
-                    if values.len() > 1 {
-                        values.pop_front()
-                    } else {
-                        values.front().cloned()
-                    }
-                });
-            let response = support::prometheus_response(time, value);
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        });
-    }
-}
 
 /// kube-sim with our CRDs, the Prometheus stand-in, and the controller binary using both.
 struct Harness {
@@ -353,7 +276,7 @@ fn values(result: &MetricResult) -> Vec<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_good_metric_promotes_the_canary_past_its_analysis_step() {
     let h = Harness::start("good").await;
-    h.prometheus.answer(ERROR_RATE, &["0.01"]);
+    h.prometheus.values(ERROR_RATE, &["0.01"]);
     h.create_template(json!({"count": 2})).await;
     h.create_rollout(2, analysis_step_canary(), json!({})).await;
     let v1 = h.healthy(2).await;
@@ -400,7 +323,7 @@ async fn a_bad_metric_aborts_to_stable_after_exactly_the_consecutive_failure_lim
     h.create_rollout(2, analysis_step_canary(), json!({})).await;
     let v1 = h.healthy(2).await;
     // Two bad, one good (the streak resets), then three bad in a row fail the run.
-    h.prometheus.answer(
+    h.prometheus.values(
         ERROR_RATE,
         &["0.5", "0.5", "0.01", "0.5", "0.5", "0.5", "0.01"],
     );
@@ -446,7 +369,7 @@ async fn a_bad_metric_aborts_to_stable_after_exactly_the_consecutive_failure_lim
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_analysis_from_starting_step_aborts_mid_rollout() {
     let h = Harness::start("background").await;
-    h.prometheus.answer(ERROR_RATE, &["0.01"]);
+    h.prometheus.values(ERROR_RATE, &["0.01"]);
     h.create_template(json!({"consecutiveFailureLimit": 2}))
         .await;
     let canary = json!({
@@ -493,7 +416,7 @@ async fn a_background_analysis_from_starting_step_aborts_mid_rollout() {
         "one run throughout"
     );
 
-    h.prometheus.answer(ERROR_RATE, &["0.5"]);
+    h.prometheus.values(ERROR_RATE, &["0.5"]);
     let status = h.aborted_to(&v1, &v2, 4).await;
     let progressing = status
         .conditions
@@ -517,7 +440,7 @@ async fn a_background_analysis_from_starting_step_aborts_mid_rollout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_limits_delete_the_older_runs() {
     let h = Harness::start("history").await;
-    h.prometheus.answer(ERROR_RATE, &["0.01"]);
+    h.prometheus.values(ERROR_RATE, &["0.01"]);
     h.create_template(json!({"count": 1})).await;
     h.create_rollout(
         1,
@@ -550,7 +473,7 @@ async fn history_limits_delete_the_older_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_run_is_terminated_when_the_rollout_completes() {
     let h = Harness::start("complete").await;
-    h.prometheus.answer(ERROR_RATE, &["0.01"]);
+    h.prometheus.values(ERROR_RATE, &["0.01"]);
     h.create_template(json!({})).await;
     let canary = json!({
         "analysis": {"templates": [{"templateName": "error-rate"}]},

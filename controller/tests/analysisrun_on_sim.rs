@@ -7,11 +7,10 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
@@ -22,159 +21,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisRunStatus, MetricResult};
+use rollouts_e2e::fake_prometheus::{Answer, FakePrometheus};
 use rollouts_e2e::sim::SimOptions;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
-use tokio::task::JoinHandle;
 
 use support::{NAMESPACE, Sim};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-/// How the stand-in answers one query.
-#[derive(Clone, Debug)]
-enum Answer {
-    /// These values in turn, one per request; the last one repeats.
-    Values(VecDeque<String>),
-    /// `before` for evaluation times earlier than `at` (Unix seconds), `after` from then on.
-    SwitchAt {
-        at: i64,
-        before: String,
-        after: String,
-    },
-}
-
-/// A query the stand-in answered.
-#[derive(Clone, Debug)]
-struct Query {
-    query: String,
-    time: i64,
-    headers: BTreeMap<String, String>,
-}
-
-/// A Prometheus stand-in answering instant queries with one-sample vectors.
-struct FakePrometheus {
-    address: String,
-    answers: Arc<Mutex<HashMap<String, Answer>>>,
-    seen: Arc<Mutex<Vec<Query>>>,
-    server: JoinHandle<()>,
-}
-
-impl FakePrometheus {
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binds loopback");
-        let address = format!("http://{}", listener.local_addr().expect("address"));
-        let answers = Arc::new(Mutex::new(HashMap::new()));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let server = tokio::spawn(serve(listener, answers.clone(), seen.clone()));
-        Self {
-            address,
-            answers,
-            seen,
-            server,
-        }
-    }
-
-    fn answer(&self, query: &str, answer: Answer) {
-        self.answers
-            .lock()
-            .expect("lock")
-            .insert(query.to_string(), answer);
-    }
-
-    fn values(&self, query: &str, values: &[&str]) {
-        self.answer(
-            query,
-            Answer::Values(values.iter().map(|v| v.to_string()).collect()),
-        );
-    }
-
-    fn queries(&self, query: &str) -> Vec<Query> {
-        self.seen
-            .lock()
-            .expect("lock")
-            .iter()
-            .filter(|q| q.query == query)
-            .cloned()
-            .collect()
-    }
-
-    /// Stops listening: later queries find the port closed.
-    fn stop(&self) {
-        self.server.abort();
-    }
-}
-
-impl Drop for FakePrometheus {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-fn next_value(answer: &mut Answer, time: i64) -> String {
-    match answer {
-        Answer::Values(values) if values.len() > 1 => values.pop_front().unwrap_or_default(),
-        Answer::Values(values) => values.front().cloned().unwrap_or_default(),
-        Answer::SwitchAt { at, before, after } => {
-            if time < *at {
-                before.clone()
-            } else {
-                after.clone()
-            }
-        }
-    }
-}
-
-async fn serve(
-    listener: TcpListener,
-    answers: Arc<Mutex<HashMap<String, Answer>>>,
-    seen: Arc<Mutex<Vec<Query>>>,
-) {
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            return;
-        };
-        let answers = answers.clone();
-        let seen = seen.clone();
-        tokio::spawn(async move {
-            let Some(head) = support::read_request_head(&mut stream).await else {
-                return;
-            };
-            let mut lines = head.split("\r\n");
-            let target = lines
-                .next()
-                .and_then(|l| l.split(' ').nth(1))
-                .unwrap_or("/");
-            let params = support::query_params(target);
-            let headers = lines
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-                .collect();
-            let query = params.get("query").cloned().unwrap_or_default();
-            let time: i64 = params
-                .get("time")
-                .and_then(|t| t.parse::<f64>().ok())
-                .map_or(0, |t| t as i64);
-            let value = answers
-                .lock()
-                .expect("lock")
-                .get_mut(&query)
-                .map(|answer| next_value(answer, time));
-            seen.lock().expect("lock").push(Query {
-                query,
-                time,
-                headers,
-            });
-            let response = support::prometheus_response(time, value);
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        });
-    }
-}
 
 /// kube-sim with our CRDs, the controller binary pointed at it, and a default Prometheus.
 struct Harness {
@@ -546,7 +400,7 @@ async fn values_during_the_initial_delay_are_not_judged() {
     );
     let queries = h.prometheus.queries(query);
     assert_eq!(queries.len(), 2);
-    assert!(queries.iter().all(|q| q.time >= now + 2), "{queries:?}");
+    assert!(queries.iter().all(|q| q.time() >= now + 2), "{queries:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -431,58 +431,6 @@ pub async fn read_request_head(stream: &mut TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&head).into_owned())
 }
 
-/// The decoded query parameters of a request target (`/path?a=1&b=2`).
-pub fn query_params(target: &str) -> BTreeMap<String, String> {
-    target
-        .split_once('?')
-        .map_or("", |(_, q)| q)
-        .split('&')
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (percent_decode(k), percent_decode(v)))
-        .collect()
-}
-
-/// A Prometheus instant-query response: a one-sample vector of `value` at `time`, or a 400
-/// for a query the stand-in does not know (`None`). Closes the connection.
-pub fn prometheus_response(time: impl std::fmt::Display, value: Option<String>) -> String {
-    let (code, body) = match value {
-        Some(value) => (
-            "200 OK",
-            format!(
-                r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[{time},"{value}"]}}]}}}}"#
-            ),
-        ),
-        None => (
-            "400 Bad Request",
-            r#"{"status":"error","errorType":"bad_data","error":"unknown query"}"#.to_string(),
-        ),
-    };
-    format!(
-        "HTTP/1.1 {code}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-/// Decodes a form-encoded query string component (`+` and `%XX`).
-pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("00");
-                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// A directory removed when the test ends.
 pub struct TempDir(pub PathBuf);
 
