@@ -437,13 +437,16 @@ pub struct RolloutPause {
 
 impl RolloutPause {
     /// The pause length: `Ok(None)` for an indefinite pause, an error when the duration is
-    /// negative or does not parse.
+    /// negative, longer than [`crate::duration::MAX`] or does not parse.
     pub fn duration(&self) -> Result<Option<std::time::Duration>, PauseDurationError> {
         match &self.duration {
             None => Ok(None),
-            Some(IntOrString::Int(secs)) => u64::try_from(*secs)
-                .map(|s| Some(std::time::Duration::from_secs(s)))
-                .map_err(|_| PauseDurationError::Negative { seconds: *secs }),
+            Some(IntOrString::Int(secs)) if *secs < 0 => {
+                Err(PauseDurationError::Negative { seconds: *secs })
+            }
+            Some(IntOrString::Int(secs)) => {
+                Ok(Some(crate::duration::from_seconds(i64::from(*secs))?))
+            }
             Some(IntOrString::String(text)) => Ok(Some(crate::duration::parse(text)?)),
         }
     }

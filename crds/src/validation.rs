@@ -441,7 +441,7 @@ pub fn pause_duration(
         FieldError::new(
             format!("{step_path}.pause.duration"),
             reason.to_string(),
-            "write a number of seconds (30) or a duration with a unit (\"30s\", \"5m\", \"1h\"); leave duration out to pause until promoted",
+            "write a number of seconds (30) or a duration with a unit (\"30s\", \"5m\", \"1h\"), at most one year (8760h); leave duration out to pause until promoted",
         )
     })
 }
@@ -940,7 +940,7 @@ fn validate_step(
             errors.push(FieldError::new(
                 format!("{experiment_path}.duration"),
                 reason.to_string(),
-                "write a duration with a unit (\"30s\", \"5m\", \"1h\")",
+                "write a duration with a unit (\"30s\", \"5m\", \"1h\"), at most one year (8760h)",
             ));
         }
         for (t, template) in experiment.templates.iter().enumerate() {

@@ -234,7 +234,9 @@ fn validate_duration(value: Option<&str>, field: &str, at: &str, errors: &mut Ve
         errors.push(FieldError::new(
             format!("{at}.{field}"),
             reason.to_string(),
-            format!("write {field} as a Go duration such as 30s, 5m or 1h"),
+            format!(
+                "write {field} as a Go duration such as 30s, 5m or 1h, at most 8760h (one year)"
+            ),
         ));
     }
 }
