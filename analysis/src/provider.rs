@@ -4,8 +4,10 @@
 //! treats all failures the same way.
 
 pub mod baseline;
+pub mod body;
 pub mod job;
 pub mod prometheus;
+pub mod redact;
 pub mod web;
 
 use std::collections::BTreeMap;
@@ -21,9 +23,15 @@ use rollouts_crds::analysis::{AnalysisPhase, Measurement, Metric, OAuth2Config, 
 use crate::engine::{MeasurementAction, MeasurementTask, TakenMeasurement};
 
 pub use baseline::BaselineJudgeProvider;
+pub use body::{BodyError, DEFAULT_MAX_RESPONSE_BYTES, read_capped};
 pub use job::JobProvider;
 pub use prometheus::PrometheusProvider;
+pub use redact::{REDACTED, Redactor};
 pub use web::WebProvider;
+
+/// The longest a metric may ask a provider to wait for an answer (`timeoutSeconds`,
+/// `timeout`): a slow provider then holds a measurement slot for at most this long.
+pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A measurement being taken.
 pub type MeasurementFuture<'a> = Pin<Box<dyn Future<Output = Measurement> + Send + 'a>>;
@@ -213,7 +221,14 @@ pub enum OAuth2Error {
     Status {
         token_url: String,
         status: reqwest::StatusCode,
+        /// The start of the answer (at most [`ERROR_BODY_CHARS`] characters).
         body: String,
+    },
+    #[error("oauth2: cannot fetch token from {token_url}: {source}")]
+    Body {
+        token_url: String,
+        #[source]
+        source: Arc<BodyError>,
     },
     #[error("oauth2: cannot fetch token from {token_url}: not JSON: {source}")]
     NotJson {
@@ -255,12 +270,26 @@ fn form_encode(value: &str) -> String {
     out
 }
 
+/// Characters of an error answer quoted in a measurement's message.
+pub const ERROR_BODY_CHARS: usize = 512;
+
+/// The start of an answer, for an error message.
+pub(crate) fn body_excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut excerpt: String = text.chars().take(ERROR_BODY_CHARS).collect();
+    if excerpt.len() < text.len() {
+        excerpt.push_str("...");
+    }
+    excerpt
+}
+
 /// Fetches an access token with the OAuth2 client-credentials grant (as Argo's providers do
-/// for `authentication.oauth2`).
+/// for `authentication.oauth2`); the answer is read up to `max_body` bytes.
 pub(crate) async fn oauth2_token(
     http: &reqwest::Client,
     config: &OAuth2Config,
     timeout: std::time::Duration,
+    max_body: usize,
 ) -> Result<String, OAuth2Error> {
     let token_url = config.token_url.as_deref().unwrap_or("");
     let mut form = vec![
@@ -279,9 +308,9 @@ pub(crate) async fn oauth2_token(
         .map(|(k, v)| format!("{k}={}", form_encode(v)))
         .collect::<Vec<_>>()
         .join("&");
-    let request_failed = |source| OAuth2Error::Request {
+    let request_failed = |source: reqwest::Error| OAuth2Error::Request {
         token_url: token_url.to_string(),
-        source: Arc::new(source),
+        source: Arc::new(source.without_url()),
     };
     let response = http
         .post(token_url)
@@ -295,16 +324,21 @@ pub(crate) async fn oauth2_token(
         .await
         .map_err(request_failed)?;
     let status = response.status();
-    let text = response.text().await.map_err(request_failed)?;
+    let body = read_capped(response, max_body)
+        .await
+        .map_err(|source| OAuth2Error::Body {
+            token_url: token_url.to_string(),
+            source: Arc::new(source),
+        })?;
     if !status.is_success() {
         return Err(OAuth2Error::Status {
             token_url: token_url.to_string(),
             status,
-            body: text,
+            body: body_excerpt(&body),
         });
     }
     let answer: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| OAuth2Error::NotJson {
+        serde_json::from_slice(&body).map_err(|e| OAuth2Error::NotJson {
             token_url: token_url.to_string(),
             source: Arc::new(e),
         })?;
@@ -348,13 +382,6 @@ pub fn format_sample(value: f64) -> String {
         if value > 0.0 { "+Inf" } else { "-Inf" }.to_string()
     } else {
         format!("{value}")
-    }
-}
-
-/// Replaces every secret value in a measurement's message with `*****`, as Argo redacts them.
-pub fn redact_secrets(measurement: &mut Measurement, secrets: &[String]) {
-    for secret in secrets.iter().filter(|s| !s.is_empty()) {
-        measurement.message = measurement.message.replace(secret.as_str(), "*****");
     }
 }
 
@@ -514,10 +541,11 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_redacted_from_messages() {
-        let mut m = error_measurement("401 for token s3cr3t at s3cr3t", Timestamp::UNIX_EPOCH);
-        redact_secrets(&mut m, &["s3cr3t".to_string(), String::new()]);
-        assert_eq!(m.message, "401 for token ***** at *****");
-        assert_eq!(m.phase, AnalysisPhase::Error);
+    fn error_answers_are_quoted_in_part() {
+        assert_eq!(body_excerpt(b"denied"), "denied");
+        let long = "x".repeat(ERROR_BODY_CHARS * 4);
+        let excerpt = body_excerpt(long.as_bytes());
+        assert_eq!(excerpt.len(), ERROR_BODY_CHARS + 3);
+        assert!(excerpt.ends_with("..."));
     }
 }

@@ -19,14 +19,17 @@ use rollouts_crds::analysis::{Measurement, Metric, OAuth2Config, PrometheusMetri
 use rollouts_crds::duration;
 
 use super::{
-    HeaderError, HttpClientError, MeasurementFuture, MetricProvider, OAuth2Error, RunContext,
-    base64, error_measurement, format_sample, metric_headers, oauth2_credentials, oauth2_token,
+    BodyError, DEFAULT_MAX_RESPONSE_BYTES, HeaderError, HttpClientError, MAX_TIMEOUT,
+    MeasurementFuture, MetricProvider, OAuth2Error, RunContext, base64, body_excerpt,
+    error_measurement, format_sample, metric_headers, oauth2_credentials, oauth2_token,
+    read_capped,
 };
 use crate::condition::{self, ExpressionError};
 
 /// Metadata key of the query a metric ran, with arguments substituted.
 pub const RESOLVED_QUERY_KEY: &str = "ResolvedPrometheusQuery";
-/// Query timeout when a metric sets none.
+/// Query timeout when a metric sets none; a larger one is cut to
+/// [`MAX_TIMEOUT`](super::MAX_TIMEOUT).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a Prometheus query gave no answer. Clone (sources shared): every run whose identical
@@ -78,6 +81,17 @@ pub enum PrometheusError {
     },
     #[error("prometheus query timed out after {}", duration::format(*.timeout))]
     Timeout { timeout: Duration },
+    #[error("prometheus answer: {source}")]
+    Body {
+        #[source]
+        source: Arc<BodyError>,
+    },
+    #[error("prometheus answered {status} with a body that is not a query result: {excerpt}")]
+    NotAnAnswer {
+        status: reqwest::StatusCode,
+        /// The start of the body.
+        excerpt: String,
+    },
     /// The text names every cause (connection refused, DNS, TLS), with the URL's query,
     /// which can carry a secret, left out.
     #[error("{}", with_causes(.source.as_ref()))]
@@ -94,6 +108,8 @@ pub struct PrometheusProvider {
     secure: reqwest::Client,
     insecure: reqwest::Client,
     default_address: Option<String>,
+    /// Bytes of an answer read at most.
+    max_body: usize,
     /// Queries being answered (and recent answers), shared by clones of this provider.
     in_flight: Arc<Mutex<HashMap<QueryKey, SharedAnswer>>>,
 }
@@ -116,8 +132,16 @@ impl PrometheusProvider {
             secure,
             insecure,
             default_address: None,
+            max_body: DEFAULT_MAX_RESPONSE_BYTES,
             in_flight: Arc::default(),
         }
+    }
+
+    /// Reads at most `bytes` of an answer (the OAuth2 token's included); a larger one is an
+    /// Error measurement naming the limit.
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
     }
 
     /// The address used by metrics that set none (Argo reads it from
@@ -173,7 +197,9 @@ impl PrometheusProvider {
             })?;
         let timeout = match config.timeout {
             None => DEFAULT_TIMEOUT,
-            Some(seconds) if seconds >= 0 => Duration::from_secs(seconds.unsigned_abs()),
+            Some(seconds) if seconds >= 0 => {
+                Duration::from_secs(seconds.unsigned_abs()).min(MAX_TIMEOUT)
+            }
             Some(_) => return Err(PrometheusError::NegativeTimeout),
         };
         let window = match &config.range_query {
@@ -237,7 +263,7 @@ impl PrometheusProvider {
                     } else {
                         self.secure.clone()
                     };
-                    let answer = send(http, key.clone()).boxed().shared();
+                    let answer = send(http, key.clone(), self.max_body).boxed().shared();
                     in_flight.insert(key, answer.clone());
                     answer
                 }
@@ -297,8 +323,35 @@ struct OAuth2Key {
 
 type SharedAnswer = Shared<BoxFuture<'static, Result<Data, PrometheusError>>>;
 
-/// Sends one query.
-async fn send(http: reqwest::Client, mut key: QueryKey) -> Result<Data, PrometheusError> {
+/// Prometheus' answer to a query, read by us so that its size can be capped.
+#[derive(serde::Deserialize)]
+#[serde(tag = "status")]
+enum ApiAnswer {
+    #[serde(rename = "success")]
+    Success { data: Data },
+    #[serde(rename = "error")]
+    Error(prometheus_http_query::error::PrometheusError),
+}
+
+/// Sends one query, within its timeout (the OAuth2 token request included); reads at most
+/// `max_body` bytes of any answer.
+async fn send(
+    http: reqwest::Client,
+    key: QueryKey,
+    max_body: usize,
+) -> Result<Data, PrometheusError> {
+    let timeout = key.timeout;
+    match tokio::time::timeout(timeout, send_within(http, key, max_body)).await {
+        Err(_) => Err(PrometheusError::Timeout { timeout }),
+        Ok(answer) => answer,
+    }
+}
+
+async fn send_within(
+    http: reqwest::Client,
+    mut key: QueryKey,
+    max_body: usize,
+) -> Result<Data, PrometheusError> {
     if let Some(oauth2) = &key.oauth2 {
         let config = OAuth2Config {
             token_url: Some(oauth2.token_url.clone()),
@@ -306,7 +359,7 @@ async fn send(http: reqwest::Client, mut key: QueryKey) -> Result<Data, Promethe
             client_secret: Some(oauth2.client_secret.clone()),
             scopes: oauth2.scopes.clone(),
         };
-        let token = oauth2_token(&http, &config, key.timeout).await?;
+        let token = oauth2_token(&http, &config, key.timeout, max_body).await?;
         let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| {
             PrometheusError::BearerHeader {
                 source: Arc::new(e),
@@ -328,24 +381,34 @@ async fn send(http: reqwest::Client, mut key: QueryKey) -> Result<Data, Promethe
             for (name, value) in key.headers {
                 builder = builder.header(name, value);
             }
-            builder.get().boxed()
+            builder.get_raw().boxed()
         }
         Window::Instant(at) => {
             let mut builder = client.query(&key.query).at(at);
             for (name, value) in key.headers {
                 builder = builder.header(name, value);
             }
-            builder.get().boxed()
+            builder.get_raw().boxed()
         }
     };
-    match tokio::time::timeout(key.timeout, request).await {
-        Err(_) => Err(PrometheusError::Timeout {
-            timeout: key.timeout,
+    let response = request.await.map_err(|e| PrometheusError::Query {
+        source: Arc::new(e),
+    })?;
+    let status = response.status();
+    let body = read_capped(response, max_body)
+        .await
+        .map_err(|source| PrometheusError::Body {
+            source: Arc::new(source),
+        })?;
+    match serde_json::from_slice::<ApiAnswer>(&body) {
+        Ok(ApiAnswer::Success { data }) => Ok(data),
+        Ok(ApiAnswer::Error(e)) => Err(PrometheusError::Query {
+            source: Arc::new(prometheus_http_query::Error::Prometheus(e)),
         }),
-        Ok(Err(e)) => Err(PrometheusError::Query {
-            source: Arc::new(e),
+        Err(_) => Err(PrometheusError::NotAnAnswer {
+            status,
+            excerpt: body_excerpt(&body),
         }),
-        Ok(Ok(answer)) => Ok(answer.into_inner().0),
     }
 }
 

@@ -9,12 +9,14 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use rollouts_crds::analysis::{Measurement, Metric, WebMetric};
 
 use super::{
-    HeaderError, HttpClientError, MeasurementFuture, MetricProvider, OAuth2Error, RunContext,
-    base64, error_measurement, metric_headers, oauth2_credentials, oauth2_token,
+    BodyError, DEFAULT_MAX_RESPONSE_BYTES, HeaderError, HttpClientError, MAX_TIMEOUT,
+    MeasurementFuture, MetricProvider, OAuth2Error, RunContext, base64, error_measurement,
+    metric_headers, oauth2_credentials, oauth2_token, read_capped,
 };
 use crate::condition;
 
-/// Request timeout when a metric sets none (or 0).
+/// Request timeout when a metric sets none (or 0); a larger one is cut to
+/// [`MAX_TIMEOUT`](super::MAX_TIMEOUT).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a web metric's request gave no body to measure.
@@ -30,15 +32,13 @@ pub enum WebError {
     Header(#[from] HeaderError),
     #[error(transparent)]
     OAuth2(#[from] OAuth2Error),
+    /// The error names no URL: its query can carry a secret.
     #[error(transparent)]
     Request(reqwest::Error),
     #[error("received non 2xx response code: {code}")]
     Status { code: u16 },
-    #[error("Received no bytes in response: {source}")]
-    NoBytes {
-        #[source]
-        source: reqwest::Error,
-    },
+    #[error(transparent)]
+    Body(#[from] BodyError),
 }
 
 /// Why a JSONPath picked no value out of a web metric's answer.
@@ -61,12 +61,25 @@ pub enum JsonPathError {
 pub struct WebProvider {
     secure: reqwest::Client,
     insecure: reqwest::Client,
+    /// Bytes of an answer read at most.
+    max_body: usize,
 }
 
 impl WebProvider {
     /// A provider using the given clients (the second skips TLS verification).
     pub fn with_clients(secure: reqwest::Client, insecure: reqwest::Client) -> Self {
-        Self { secure, insecure }
+        Self {
+            secure,
+            insecure,
+            max_body: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+
+    /// Reads at most `bytes` of an answer (the OAuth2 token's included); a larger one is an
+    /// Error measurement naming the limit.
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
     }
 
     /// A provider with its own HTTP clients (see [`super::install_crypto_provider`]).
@@ -142,7 +155,9 @@ impl WebProvider {
             &self.secure
         };
         let timeout = match web.timeout_seconds {
-            Some(seconds) if seconds > 0 => Duration::from_secs(seconds.unsigned_abs()),
+            Some(seconds) if seconds > 0 => {
+                Duration::from_secs(seconds.unsigned_abs()).min(MAX_TIMEOUT)
+            }
             _ => DEFAULT_TIMEOUT,
         };
         let mut request = client.request(method, &web.url).timeout(timeout);
@@ -151,7 +166,7 @@ impl WebProvider {
         }
         if let Some(auth) = &web.authentication {
             if let Some(oauth2) = oauth2_credentials(auth.oauth2.as_ref())? {
-                let token = oauth2_token(client, &oauth2, timeout).await?;
+                let token = oauth2_token(client, &oauth2, timeout, self.max_body).await?;
                 request = request.header(AUTHORIZATION, format!("Bearer {token}"));
             }
             if let Some(basic) = &auth.basic_auth {
@@ -170,18 +185,17 @@ impl WebProvider {
                 .header(CONTENT_TYPE, "application/json")
                 .body(json.to_string());
         }
-        let response = request.send().await.map_err(WebError::Request)?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| WebError::Request(e.without_url()))?;
         let status = response.status();
         if !status.is_success() {
             return Err(WebError::Status {
                 code: status.as_u16(),
             });
         }
-        response
-            .bytes()
-            .await
-            .map(|b| b.to_vec())
-            .map_err(|source| WebError::NoBytes { source })
+        Ok(read_capped(response, self.max_body).await?)
     }
 }
 

@@ -5,7 +5,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use rollouts_analysis::args;
 use rollouts_analysis::engine::{self, MeasurementTask, Outcome, Schedule, TakenMeasurement};
-use rollouts_analysis::provider::{self, BaselineJudgeProvider, MetricProvider, RunContext};
+use rollouts_analysis::provider::{
+    self, BaselineJudgeProvider, MetricProvider, Redactor, RunContext,
+};
 use rollouts_crds::analysis::{AnalysisRun, AnalysisRunSpec, AnalysisRunStatus, Metric};
 use serde_json::Value;
 
@@ -42,7 +44,7 @@ pub(super) async fn measure(
             return Ok(engine::invalid(status, &message, now));
         }
     };
-    let secret_values: Vec<String> = secrets.values().filter_map(|v| v.clone().ok()).collect();
+    let redactor = Redactor::new(secrets.values().filter_map(|v| v.as_ref().ok()));
     let name = run.name_any();
     let uid = run.uid().unwrap_or_default();
     let context = RunContext {
@@ -56,10 +58,12 @@ pub(super) async fn measure(
         schedule
             .tasks
             .iter()
-            .map(|task| take(ctx, context, task, &values, &secret_values)),
+            .map(|task| take(ctx, context, task, &values, &redactor)),
     )
     .await;
-    Ok(engine::conclude(spec, status, schedule, taken, now))
+    let mut outcome = engine::conclude(spec, status, schedule, taken, now);
+    redactor.outcome(&mut outcome);
+    Ok(outcome)
 }
 
 /// Takes one measurement with the metric's provider; never fails (see [`provider::take`]).
@@ -68,7 +72,7 @@ async fn take(
     run: RunContext<'_>,
     task: &MeasurementTask,
     values: &args::ArgValues,
-    secrets: &[String],
+    redactor: &Redactor,
 ) -> TakenMeasurement {
     let mut taken = match args::resolve_metric(&task.metric, values) {
         Err(e) => {
@@ -103,7 +107,7 @@ async fn take(
             }
         },
     };
-    provider::redact_secrets(&mut taken.measurement, secrets);
+    redactor.taken(&mut taken);
     taken
 }
 
