@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use rollouts_e2e::sim::faults::Hold;
 use rollouts_e2e::sim::{Faults, SimOptions, start};
 
 /// A Kubernetes API server and workload simulator on a loopback port.
@@ -35,6 +36,13 @@ struct Args {
     /// Milliseconds added to every resource request.
     #[arg(long, default_value_t = 0)]
     latency_ms: u64,
+    /// Hold every request on this resource, written RESOURCE[.GROUP] (leases.coordination.k8s.io):
+    /// never answered, or answered after --hold-for-ms (repeatable).
+    #[arg(long = "hold", value_parser = Hold::parse)]
+    holds: Vec<Hold>,
+    /// Answer held requests after this many milliseconds instead of never.
+    #[arg(long)]
+    hold_for_ms: Option<u64>,
     /// Milliseconds a pod takes to become Ready (template annotation sim.rollouts.dev/ready-after overrides).
     #[arg(long, default_value_t = 1000)]
     pod_ready_after_ms: u64,
@@ -78,6 +86,14 @@ fn main() -> ExitCode {
             conflict_rate: args.conflict_rate,
             watch_cut_after: args.watch_cut_after,
             latency: Duration::from_millis(args.latency_ms),
+            holds: args
+                .holds
+                .into_iter()
+                .map(|hold| match args.hold_for_ms {
+                    Some(ms) => hold.after(Duration::from_millis(ms)),
+                    None => hold,
+                })
+                .collect(),
         },
         request_log_file: args.request_log,
         event_log_capacity: args.event_log_capacity,

@@ -1,5 +1,5 @@
-//! Fault injection for reliability tests: failed requests, write conflicts, cut watch streams
-//! and added latency. Everything is off by default.
+//! Fault injection for reliability tests: failed requests, write conflicts, cut watch streams,
+//! added latency and held requests on chosen resources. Everything is off by default.
 
 use std::time::Duration;
 
@@ -17,6 +17,60 @@ pub struct Faults {
     pub watch_cut_after: Option<u64>,
     /// Added to every resource request before it is served.
     pub latency: Duration,
+    /// Requests on these resources are held (see [`Hold`]).
+    pub holds: Vec<Hold>,
+}
+
+/// Holds every request on one resource (matched by API group and plural, so on plain paths):
+/// never answered while the rule is set, or answered after a delay. Clearing the rule (with
+/// `set_faults`) releases the requests it holds forever; they are then served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The resource's API group, `""` for the core group (e.g. `coordination.k8s.io`).
+    pub group: String,
+    /// The resource's plural (e.g. `leases`).
+    pub resource: String,
+    /// `None`: held until the rule is cleared; `Some(delay)`: served after `delay`.
+    pub delay: Option<Duration>,
+}
+
+impl Hold {
+    /// Holds every request on Lease objects until the rule is cleared.
+    pub fn leases() -> Self {
+        Self {
+            group: "coordination.k8s.io".to_string(),
+            resource: "leases".to_string(),
+            delay: None,
+        }
+    }
+
+    /// The same rule, answering after `delay` instead.
+    pub fn after(self, delay: Duration) -> Self {
+        Self {
+            delay: Some(delay),
+            ..self
+        }
+    }
+
+    /// Parses `RESOURCE[.GROUP]` as kubectl writes it (`leases.coordination.k8s.io`,
+    /// `configmaps`), held until cleared.
+    pub fn parse(resource: &str) -> Result<Self, String> {
+        let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
+        if plural.is_empty() || !plural.chars().all(|c| c.is_ascii_lowercase()) {
+            return Err(format!(
+                "{resource:?} is not a resource: write its plural and group, like leases.coordination.k8s.io"
+            ));
+        }
+        Ok(Self {
+            group: group.to_string(),
+            resource: plural.to_string(),
+            delay: None,
+        })
+    }
+
+    pub fn matches(&self, group: &str, resource: &str) -> bool {
+        self.group == group && self.resource == resource
+    }
 }
 
 /// What the server does to one request.
@@ -28,6 +82,11 @@ pub enum Injected {
 }
 
 impl Faults {
+    /// The rule holding requests on `resource` of `group`, if any.
+    pub fn hold(&self, group: &str, resource: &str) -> Option<&Hold> {
+        self.holds.iter().find(|hold| hold.matches(group, resource))
+    }
+
     /// Draws the fault for one request.
     pub fn draw(&self, is_write: bool) -> Injected {
         let mut rng = rand::rng();
@@ -63,5 +122,31 @@ mod tests {
         };
         assert_eq!(conflicts.draw(false), Injected::None);
         assert_eq!(conflicts.draw(true), Injected::Conflict);
+    }
+
+    #[test]
+    fn holds_match_their_resource_and_group_only() {
+        let faults = Faults {
+            holds: vec![Hold::leases()],
+            ..Faults::default()
+        };
+        assert_eq!(
+            faults.hold("coordination.k8s.io", "leases"),
+            Some(&Hold::leases())
+        );
+        assert_eq!(faults.hold("", "leases"), None);
+        assert_eq!(faults.hold("coordination.k8s.io", "configmaps"), None);
+        assert_eq!(
+            Hold::parse("leases.coordination.k8s.io"),
+            Ok(Hold::leases())
+        );
+        let config_maps = Hold::parse("configmaps").expect("a core resource");
+        assert!(config_maps.matches("", "configmaps"));
+        assert!(Hold::parse(".apps").is_err());
+        assert!(Hold::parse("Leases").is_err());
+        assert_eq!(
+            Hold::leases().after(Duration::from_secs(30)).delay,
+            Some(Duration::from_secs(30))
+        );
     }
 }

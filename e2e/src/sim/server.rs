@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,7 +29,8 @@ use super::watch::Body;
 /// Everything the server and the simulated controllers share.
 pub struct Sim {
     pub store: Store,
-    faults: Mutex<Faults>,
+    /// A channel, so held requests learn at once that their rule was cleared.
+    faults: watch::Sender<Faults>,
     pub requests: RequestLog,
     pub bookmark_interval: Duration,
     pub shutdown: watch::Receiver<bool>,
@@ -47,7 +48,7 @@ impl Sim {
     ) -> Self {
         Self {
             store,
-            faults: Mutex::new(faults),
+            faults: watch::Sender::new(faults),
             requests,
             bookmark_interval,
             shutdown,
@@ -56,14 +57,30 @@ impl Sim {
     }
 
     pub fn faults(&self) -> Faults {
-        self.faults
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.faults.borrow().clone()
     }
 
     pub fn set_faults(&self, faults: Faults) {
-        *self.faults.lock().unwrap_or_else(|p| p.into_inner()) = faults;
+        self.faults.send_replace(faults);
+    }
+
+    /// Waits while a rule holds requests on `resource` of `group`: until it is cleared, or for
+    /// its delay.
+    async fn wait_while_held(&self, group: &str, resource: &str) {
+        let delay = match self.faults.borrow().hold(group, resource) {
+            None => return,
+            Some(hold) => hold.delay,
+        };
+        match delay {
+            Some(delay) => tokio::time::sleep(delay).await,
+            None => {
+                let mut faults = self.faults.subscribe();
+                // The sender lives as long as `self`: an error cannot happen while we wait.
+                let _ = faults
+                    .wait_for(|faults| faults.hold(group, resource).is_none())
+                    .await;
+            }
+        }
     }
 }
 
@@ -253,6 +270,8 @@ async fn resource(sim: &Arc<Sim>, request: ApiRequest) -> Response<Body> {
     if !faults.latency.is_zero() {
         tokio::time::sleep(faults.latency).await;
     }
+    sim.wait_while_held(&request.path.group, &request.path.plural)
+        .await;
     match faults.draw(request.verb.is_write()) {
         Injected::InternalError => {
             return error_response(&ApiError::internal("injected fault: internal error"));
