@@ -25,6 +25,102 @@ pub enum ExpressionError {
     },
     #[error("{0}")]
     TimeOutOfRange(#[source] k8s_openapi::jiff::Error),
+    #[error(
+        "the expression is {length} bytes long, over the limit of {MAX_EXPRESSION_LENGTH}: shorten it"
+    )]
+    TooLong { length: usize },
+    #[error(
+        "the expression nests brackets {depth} deep, over the limit of {MAX_EXPRESSION_NESTING}: remove the extra brackets"
+    )]
+    TooDeep { depth: usize },
+    /// The expression engine failed on this expression (a fault of the engine, contained).
+    #[error("the expression could not be evaluated: {message}")]
+    EngineFault { message: String },
+}
+
+/// The longest expression (a condition, a range query's start or end) evaluated, in bytes.
+pub const MAX_EXPRESSION_LENGTH: usize = 4096;
+
+/// The deepest nesting of `(`, `[` and `{` (outside string literals) an expression may have.
+/// Checked before parsing: the parser and the evaluator recurse once per level.
+pub const MAX_EXPRESSION_NESTING: usize = 64;
+
+/// The stack of the thread an expression is parsed and evaluated on. The expression engine
+/// recurses once per operator of a chain (`1+1+...`), so within [`MAX_EXPRESSION_LENGTH`] it
+/// needs far more than an async worker's stack; only the pages used are allocated.
+const EXPRESSION_STACK: usize = 256 << 20;
+
+/// Refuses an expression over [`MAX_EXPRESSION_LENGTH`] or nested deeper than
+/// [`MAX_EXPRESSION_NESTING`], before any parsing.
+pub fn check_bounds(expression: &str) -> Result<(), ExpressionError> {
+    if expression.len() > MAX_EXPRESSION_LENGTH {
+        return Err(ExpressionError::TooLong {
+            length: expression.len(),
+        });
+    }
+    let depth = nesting_depth(expression);
+    if depth > MAX_EXPRESSION_NESTING {
+        return Err(ExpressionError::TooDeep { depth });
+    }
+    Ok(())
+}
+
+/// The deepest nesting of brackets outside string literals (`"..."`, `'...'` with backslash
+/// escapes, and raw `` `...` ``).
+fn nesting_depth(expression: &str) -> usize {
+    let mut depth: usize = 0;
+    let mut deepest: usize = 0;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in expression.chars() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' && q != '`' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' | '`' => quote = Some(c),
+            '(' | '[' | '{' => {
+                depth = depth.saturating_add(1);
+                deepest = deepest.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Runs `work` (parse and evaluate one expression) after [`check_bounds`], on a thread with a
+/// stack large enough for any expression within the bounds. A panic inside the expression
+/// engine becomes [`ExpressionError::EngineFault`] instead of reaching the caller.
+fn guarded<T: Send>(
+    expression: &str,
+    work: impl FnOnce() -> Result<T, ExpressionError> + Send,
+) -> Result<T, ExpressionError> {
+    check_bounds(expression)?;
+    std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("expression".into())
+            .stack_size(EXPRESSION_STACK)
+            .spawn_scoped(scope, work)
+            .map_err(|e| ExpressionError::EngineFault {
+                message: format!("no thread to evaluate it on: {e}"),
+            })?;
+        worker.join().unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "the expression engine panicked".to_string());
+            Err(ExpressionError::EngineFault { message })
+        })
+    })
 }
 
 /// Why a metric's condition could not decide a measurement's phase.
@@ -103,7 +199,7 @@ fn eval_error(
     expression: &str,
     result: &Value,
 ) -> ConditionError {
-    let expression = expression.to_string();
+    let expression = shortened(expression);
     if is_nil_or_empty(result) {
         return ConditionError::NoData { field, expression };
     }
@@ -111,6 +207,20 @@ fn eval_error(
         field,
         expression,
         source,
+    }
+}
+
+/// The expression as an error message quotes it: at most 200 characters, so a huge one does
+/// not end up whole in a status.
+fn shortened(expression: &str) -> String {
+    const QUOTED: usize = 200;
+    match expression.char_indices().nth(QUOTED) {
+        None => expression.to_string(),
+        Some((cut, _)) => format!(
+            "{}... ({} bytes)",
+            expression.get(..cut).unwrap_or_default(),
+            expression.len()
+        ),
     }
 }
 
@@ -122,24 +232,32 @@ fn is_nil_or_empty(result: &Value) -> bool {
     }
 }
 
-/// Evaluates one condition with `result` bound; it must give a boolean.
+/// Evaluates one condition with `result` bound; it must give a boolean. Conditions over
+/// [`MAX_EXPRESSION_LENGTH`] or [`MAX_EXPRESSION_NESTING`] are refused before parsing.
 pub fn eval_condition(result: &Value, condition: &str) -> Result<bool, ExpressionError> {
-    let env = environment(result);
-    let mut ctx = Context::default();
-    ctx.insert("result", result.clone());
-    let program = expr::compile(condition).map_err(ExpressionError::Eval)?;
-    match env.run(&program, &ctx).map_err(ExpressionError::Eval)? {
-        Value::Bool(b) => Ok(b),
-        other => Err(ExpressionError::NotBool {
-            type_name: type_name(&other),
-            value: other.to_string(),
-        }),
-    }
+    guarded(condition, || {
+        let env = environment(result);
+        let mut ctx = Context::default();
+        ctx.insert("result", result.clone());
+        let program = expr::compile(condition).map_err(ExpressionError::Eval)?;
+        match env.run(&program, &ctx).map_err(ExpressionError::Eval)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(ExpressionError::NotBool {
+                type_name: type_name(&other),
+                value: other.to_string(),
+            }),
+        }
+    })
 }
 
 /// Evaluates a time expression such as `now() - duration("5m")` (a range query's start or
 /// end), with `now()` fixed to `now` so the answer is reproducible.
+/// Bounded as [`eval_condition`] is.
 pub fn eval_time(expression: &str, now: Timestamp) -> Result<Timestamp, ExpressionError> {
+    guarded(expression, || eval_time_unguarded(expression, now))
+}
+
+fn eval_time_unguarded(expression: &str, now: Timestamp) -> Result<Timestamp, ExpressionError> {
     let mut env = Environment::new();
     let now_text = now.to_string();
     env.add_function("now", move |call| {
@@ -464,5 +582,190 @@ mod tests {
         );
         assert!(time("1 + 1", now).unwrap_err().contains("expected a time"));
         assert!(time("now(", now).is_err());
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        let deep = format!("{}result{} > 0", "(".repeat(50_000), ")".repeat(50_000));
+        let err = holds(&Value::Float(1.0), &deep).unwrap_err();
+        assert!(err.contains("over the limit of 4096"), "{err}");
+        let deep = format!("{}1{} > 0", "(".repeat(1000), ")".repeat(1000));
+        let err = holds(&Value::Float(1.0), &deep).unwrap_err();
+        assert!(
+            err.contains("nests brackets 1000 deep, over the limit of 64"),
+            "{err}"
+        );
+        let now: Timestamp = "2024-05-01T10:00:00Z".parse().unwrap();
+        let deep = format!("{}now(){}", "(".repeat(50_000), ")".repeat(50_000));
+        assert!(time(&deep, now).unwrap_err().contains("over the limit"));
+        let deep = format!("{}now(){}", "[".repeat(100), "]".repeat(100));
+        assert!(time(&deep, now).unwrap_err().contains("limit of 64"));
+        // Brackets inside string literals do not count.
+        let quoted = format!("result == \"{}\"", "(".repeat(100));
+        assert_eq!(holds(&Value::from("x"), &quoted), Ok(false));
+        assert_eq!(nesting_depth("'(((' + `[[[` + \"\\\"(\" + (1)"), 1);
+    }
+
+    #[test]
+    fn long_operator_chains_within_the_length_limit_evaluate() {
+        // Each operator of a chain is a level of recursion in the engine.
+        let chain = vec!["1"; MAX_EXPRESSION_LENGTH / 2].join("+");
+        assert!(chain.len() <= MAX_EXPRESSION_LENGTH);
+        assert_eq!(
+            holds(
+                &Value::Float(1.0),
+                &format!("{} > 0", &chain[..chain.len() - 6])
+            ),
+            Ok(true)
+        );
+        let members = format!("result{}", "[0]".repeat(1300));
+        assert!(holds(&from_samples(&[1.0]), &members).is_err());
+    }
+
+    #[test]
+    fn an_engine_panic_is_an_error() {
+        // expr-lang 2.1 reaches `unreachable!` on a map literal nested in a map literal.
+        let err = holds(&Value::Float(1.0), "{a: {b: 1}} == nil").unwrap_err();
+        assert!(
+            err.starts_with("the expression could not be evaluated"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_huge_expression_is_quoted_shortened_in_the_message() {
+        let long = format!("result > {}", "1".repeat(5000));
+        let err = phase(&Value::Float(1.0), Some(&long), None).unwrap_err();
+        assert!(err.len() < 500, "{err}");
+        assert!(err.contains("(5009 bytes)"), "{err}");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn any_result() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Nil),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::Integer),
+                any::<f64>().prop_map(Value::Float),
+                "\\PC{0,8}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(3, 16, 4, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    proptest::collection::vec(("[a-z]{1,3}", inner), 0..4)
+                        .prop_map(|pairs| Value::Map(pairs.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// Tokens of expr-lang, so generated text often parses and reaches evaluation.
+        fn expression_text() -> impl Strategy<Value = String> {
+            let token = prop_oneof![
+                Just("result"),
+                Just("result[0]"),
+                Just("result.a"),
+                Just("("),
+                Just(")"),
+                Just("["),
+                Just("]"),
+                Just("{"),
+                Just("}"),
+                Just(","),
+                Just(":"),
+                Just("+"),
+                Just("-"),
+                Just("*"),
+                Just("/"),
+                Just("%"),
+                Just("**"),
+                Just("=="),
+                Just("<"),
+                Just(">="),
+                Just("&&"),
+                Just("||"),
+                Just("!"),
+                Just("not"),
+                Just("?"),
+                Just("??"),
+                Just("|"),
+                Just("."),
+                Just("0"),
+                Just("1"),
+                Just("9223372036854775807"),
+                Just("-9223372036854775808"),
+                Just("1.5"),
+                Just("1e308"),
+                Just("\"s\""),
+                Just("nil"),
+                Just("true"),
+                Just("len("),
+                Just("asInt("),
+                Just("asFloat("),
+                Just("isNaN("),
+                Just("isInf("),
+                Just("isNil("),
+                Just("default("),
+                Just("all("),
+                Just("#"),
+                Just("in"),
+                Just("matches"),
+                Just("now()"),
+                Just("duration(\"5m\")"),
+                Just("date("),
+                Just(".."),
+                Just("abs("),
+                Just("max("),
+                Just("filter("),
+                Just("map("),
+            ];
+            proptest::collection::vec(token, 0..24).prop_map(|tokens| tokens.join(" "))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(400))]
+
+            /// Any text, any result: an answer or an error, never a panic.
+            #[test]
+            fn any_condition_on_any_result_answers_or_errs(
+                condition in "\\PC{0,60}",
+                result in any_result(),
+            ) {
+                let _ = evaluate(&result, Some(&condition), Some(&condition));
+            }
+
+            #[test]
+            fn token_soup_on_any_result_answers_or_errs(
+                condition in expression_text(),
+                result in any_result(),
+            ) {
+                let _ = evaluate(&result, Some(&condition), None);
+            }
+
+            #[test]
+            fn any_time_expression_answers_or_errs(
+                expression in prop_oneof![expression_text(), "\\PC{0,40}".boxed()],
+                seconds in -1_000_000_000_000i64..1_000_000_000_000,
+            ) {
+                let now = Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH);
+                let _ = eval_time(&expression, now);
+            }
+
+            /// Brackets beyond the limit are refused whatever surrounds them.
+            #[test]
+            fn nesting_over_the_limit_is_refused(
+                depth in (MAX_EXPRESSION_NESTING + 1)..2000,
+                open in prop_oneof![Just('('), Just('['), Just('{')],
+            ) {
+                let text: String = std::iter::repeat_n(open, depth).collect();
+                let refused = matches!(
+                    eval_condition(&Value::Nil, &text),
+                    Err(ExpressionError::TooDeep { .. })
+                );
+                prop_assert!(refused);
+            }
+        }
     }
 }
