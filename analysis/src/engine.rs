@@ -189,7 +189,7 @@ fn match_rules<'a>(
 ) -> Result<Vec<(usize, Vec<String>)>, RuleError> {
     let mut matches = Vec::new();
     for (i, pattern) in patterns.enumerate() {
-        let regex = Regex::new(pattern).map_err(|source| RuleError::NotARegex {
+        let regex = bounded_regex(pattern).map_err(|source| RuleError::NotARegex {
             field,
             index: i,
             pattern: pattern.to_string(),
@@ -206,6 +206,19 @@ fn match_rules<'a>(
         matches.push((i, names));
     }
     Ok(matches)
+}
+
+/// The largest compiled program a `metricName` pattern may become (the regex crate's own
+/// default is 10 MiB); a pattern over it is an error naming the rule, not a memory cost.
+pub const MAX_RULE_REGEX_SIZE: usize = 1 << 20;
+
+/// A `metricName` pattern compiled within [`MAX_RULE_REGEX_SIZE`], its lazy DFA within the
+/// same budget.
+fn bounded_regex(pattern: &str) -> Result<Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(MAX_RULE_REGEX_SIZE)
+        .dfa_size_limit(MAX_RULE_REGEX_SIZE)
+        .build()
 }
 
 /// Names of the metrics that run in dry-run mode.
@@ -321,7 +334,8 @@ pub fn due_measurements(
         if metric_completed(status, &metric.name) {
             continue;
         }
-        let number = metric_result(status, &metric.name).map_or(1, |r| r.count + r.error + 1);
+        let number = metric_result(status, &metric.name)
+            .map_or(1, |r| r.count.saturating_add(r.error).saturating_add(1));
         let task = |action| MeasurementTask {
             metric: written.clone(),
             action,
@@ -405,30 +419,30 @@ pub fn fold_measurement(
         }
         match measurement.phase {
             AnalysisPhase::Successful => {
-                result.successful += 1;
-                result.count += 1;
+                result.successful = result.successful.saturating_add(1);
+                result.count = result.count.saturating_add(1);
                 result.consecutive_error = 0;
-                result.consecutive_success += 1;
+                result.consecutive_success = result.consecutive_success.saturating_add(1);
                 result.consecutive_failure = 0;
             }
             AnalysisPhase::Failed => {
-                result.failed += 1;
-                result.count += 1;
+                result.failed = result.failed.saturating_add(1);
+                result.count = result.count.saturating_add(1);
                 result.consecutive_error = 0;
                 result.consecutive_success = 0;
-                result.consecutive_failure += 1;
+                result.consecutive_failure = result.consecutive_failure.saturating_add(1);
             }
             AnalysisPhase::Inconclusive => {
-                result.inconclusive += 1;
-                result.count += 1;
+                result.inconclusive = result.inconclusive.saturating_add(1);
+                result.count = result.count.saturating_add(1);
                 result.consecutive_error = 0;
                 result.consecutive_success = 0;
                 result.consecutive_failure = 0;
             }
             // An error measured nothing: it neither extends nor breaks a run of failures.
             _ => {
-                result.error += 1;
-                result.consecutive_error += 1;
+                result.error = result.error.saturating_add(1);
+                result.consecutive_error = result.consecutive_error.saturating_add(1);
                 result.consecutive_success = 0;
             }
         }
@@ -533,11 +547,13 @@ pub fn metric_phase(metric: &Metric, result: &MetricResult, terminating: bool) -
 
 fn count_in(summary: &mut RunSummary, phase: Option<AnalysisPhase>) {
     match phase {
-        Some(AnalysisPhase::Error) => summary.error += 1,
-        Some(AnalysisPhase::Failed) => summary.failed += 1,
-        Some(AnalysisPhase::Inconclusive) => summary.inconclusive += 1,
+        Some(AnalysisPhase::Error) => summary.error = summary.error.saturating_add(1),
+        Some(AnalysisPhase::Failed) => summary.failed = summary.failed.saturating_add(1),
+        Some(AnalysisPhase::Inconclusive) => {
+            summary.inconclusive = summary.inconclusive.saturating_add(1)
+        }
         // Argo counts a completed metric that crossed no limit as successful.
-        _ => summary.successful += 1,
+        _ => summary.successful = summary.successful.saturating_add(1),
     }
 }
 

@@ -847,3 +847,113 @@ fn tasks_are_numbered_by_finished_measurements() {
     }
     assert_eq!(numbers, [1, 2, 3]);
 }
+
+#[test]
+fn counters_at_their_maximum_do_not_overflow() {
+    let spec = spec(vec![every(metric("m"), "1s", None)]);
+    let mut status = AnalysisRunStatus {
+        phase: Running,
+        started_at: Some(Time(at(0))),
+        metric_results: vec![MetricResult {
+            name: "m".into(),
+            phase: Running,
+            count: i32::MAX,
+            error: i32::MAX,
+            successful: i32::MAX,
+            consecutive_success: i32::MAX,
+            measurements: vec![Measurement {
+                phase: Successful,
+                finished_at: Some(Time(at(0))),
+                ..measured(Successful, "")
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let Plan::Measure(schedule) = plan(&spec, &status, at(5)) else {
+        panic!("a running metric is measured");
+    };
+    let numbers: Vec<i32> = schedule.tasks.iter().map(|t| t.number).collect();
+    assert_eq!(numbers, vec![i32::MAX]);
+    let result = &mut status.metric_results[0];
+    fold_measurement(result, measured(Successful, ""), false, at(6));
+    assert_eq!(result.count, i32::MAX);
+}
+
+#[test]
+fn a_rule_pattern_over_the_size_bound_is_an_error() {
+    let metrics = vec![metric("m")];
+    let huge = DryRun {
+        metric_name: "((a{100}){100}){100}".into(),
+    };
+    let err = dry_run_metrics(&[huge], &metrics).unwrap_err();
+    assert!(matches!(err, RuleError::NotARegex { .. }), "{err}");
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn duration_text() -> impl Strategy<Value = Option<String>> {
+        proptest::option::of(prop_oneof![
+            "[0-9]{1,25}(ms|s|m|h|)",
+            "\\PC{0,12}",
+            Just("8760h".to_string()),
+            Just("0s".to_string()),
+        ])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Any interval, initial delay, count and times in the status: a plan and a next
+        /// time, never a panic.
+        #[test]
+        fn any_timing_plans_without_panicking(
+            interval in duration_text(),
+            initial_delay in duration_text(),
+            count in proptest::option::of(any::<i32>()),
+            started in proptest::option::of(-100_000_000_000i64..100_000_000_000),
+            finished in proptest::option::of(-100_000_000_000i64..100_000_000_000),
+            counters in any::<(i32, i32, i32)>(),
+            now in -100_000_000_000i64..100_000_000_000,
+        ) {
+            let mut m = metric("m");
+            m.interval = interval;
+            m.initial_delay = initial_delay;
+            m.count = count.map(IntOrString::Int);
+            let spec = spec(vec![m]);
+            let stamp = |secs: i64| Timestamp::from_second(secs).unwrap_or(Timestamp::MAX);
+            let measurements = finished
+                .map(|f| Measurement {
+                    finished_at: Some(Time(stamp(f))),
+                    ..measured(Successful, "")
+                })
+                .into_iter()
+                .collect();
+            let status = AnalysisRunStatus {
+                phase: Running,
+                started_at: started.map(|s| Time(stamp(s))),
+                metric_results: vec![MetricResult {
+                    name: "m".into(),
+                    phase: Running,
+                    count: counters.0,
+                    error: counters.1,
+                    failed: counters.2,
+                    measurements,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            let _ = plan(&spec, &status, stamp(now));
+            let _ = next_reconcile_time(&spec.metrics, &status, stamp(now));
+        }
+
+        /// Any `metricName` pattern: matched or refused with an error.
+        #[test]
+        fn any_rule_pattern_matches_or_errs(pattern in "\\PC{0,30}") {
+            let rule = DryRun { metric_name: pattern };
+            let _ = dry_run_metrics(&[rule], &[metric("m")]);
+        }
+    }
+}
