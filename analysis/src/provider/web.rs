@@ -271,8 +271,18 @@ fn find(document: &serde_json::Value, template: &str) -> Result<serde_json::Valu
                     next.extend(map.get(name));
                 }
                 (Step::Index(i), serde_json::Value::Array(items)) => {
-                    let index = if *i < 0 { items.len() as i64 + i } else { *i };
-                    next.extend(usize::try_from(index).ok().and_then(|i| items.get(i)));
+                    // A negative index counts from the end; out of range selects nothing.
+                    let index = if *i < 0 {
+                        i64::try_from(items.len())
+                            .ok()
+                            .and_then(|len| len.checked_add(*i))
+                    } else {
+                        Some(*i)
+                    };
+                    let item = index
+                        .and_then(|i| usize::try_from(i).ok())
+                        .and_then(|i| items.get(i));
+                    next.extend(item);
                 }
                 (Step::Wildcard, serde_json::Value::Array(items)) => next.extend(items),
                 (Step::Wildcard, serde_json::Value::Object(map)) => next.extend(map.values()),
@@ -339,5 +349,77 @@ mod tests {
                 .to_string()
                 .contains("not supported")
         );
+    }
+
+    #[test]
+    fn extreme_indexes_select_nothing() {
+        let doc = json!({"items": [1, 2]});
+        assert_eq!(find(&doc, "{.items[-2]}").unwrap(), json!(1));
+        for path in [
+            "{.items[-3]}",
+            "{.items[9223372036854775807]}",
+            "{.items[-9223372036854775808]}",
+        ] {
+            assert!(
+                find(&doc, path)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("selects nothing"),
+                "{path}"
+            );
+        }
+        assert!(find(&doc, "{.items[99999999999999999999]}").is_err());
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn any_json() -> impl Strategy<Value = serde_json::Value> {
+            let leaf = prop_oneof![
+                Just(serde_json::Value::Null),
+                any::<bool>().prop_map(serde_json::Value::from),
+                any::<i64>().prop_map(serde_json::Value::from),
+                any::<f64>().prop_map(serde_json::Value::from),
+                "[a-z]{0,3}".prop_map(serde_json::Value::from),
+            ];
+            leaf.prop_recursive(4, 32, 4, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..4)
+                        .prop_map(serde_json::Value::from),
+                    proptest::collection::btree_map("[a-z]{1,2}", inner, 0..4)
+                        .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn path_text() -> impl Strategy<Value = String> {
+            let step = prop_oneof![
+                "\\.[a-z*]{0,2}",
+                "\\[-?[0-9]{1,20}\\]",
+                Just("[*]".to_string()),
+                "\\['[a-z\\]\\[.]{0,3}'\\]",
+                "[\\[\\]{}$.'\"]",
+            ];
+            (
+                prop_oneof![Just("{$"), Just("{"), Just("$"), Just("")],
+                proptest::collection::vec(step, 0..6),
+                prop_oneof![Just("}"), Just("")],
+            )
+                .prop_map(|(open, steps, close)| format!("{open}{}{close}", steps.concat()))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(500))]
+
+            /// Any JSONPath on any document: a value or an error, never a panic.
+            #[test]
+            fn any_path_on_any_document_finds_or_errs(
+                document in any_json(),
+                path in prop_oneof![path_text(), "\\PC{0,24}".boxed()],
+            ) {
+                let _ = find(&document, &path);
+            }
+        }
     }
 }
