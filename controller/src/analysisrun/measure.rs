@@ -11,9 +11,9 @@ use rollouts_analysis::provider::{
 use rollouts_crds::analysis::{AnalysisRun, AnalysisRunSpec, AnalysisRunStatus, Metric};
 use serde_json::Value;
 
-use super::Result;
 use super::arguments::{SecretError, read_secrets};
 use super::context::AnalysisContext;
+use super::{Result, budget};
 
 /// Takes the measurements of `schedule` (secrets read first, only when one is due) and
 /// concludes. A provider failure is an Error measurement; a secret that does not exist ends
@@ -107,6 +107,11 @@ async fn take(
             }
         },
     };
+    // Cut before redacting, so that a secret cut in two here is cut off whole later.
+    budget::precut(&mut taken.measurement);
+    for value in taken.metadata.values_mut() {
+        budget::truncate(value, budget::MAX_TEXT.saturating_mul(2));
+    }
     redactor.taken(&mut taken);
     taken
 }

@@ -18,6 +18,7 @@ use super::measure::measure;
 use super::status::{StatusWrite, publish, write_status};
 use super::ttl::collect_expired;
 use super::{Error, Result};
+use super::{bounds, budget};
 use crate::context::retry_backoff;
 
 pub(super) fn object_key(namespace: &str, name: &str) -> String {
@@ -96,16 +97,20 @@ async fn reconcile_run(
     let now = Timestamp::now();
     let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
     let status = run.status.clone().unwrap_or_default();
-    let outcome = match field_refs_resolved(run) {
+    let mut outcome = match field_refs_resolved(run) {
         Err(e) => engine::invalid(&status, &e.to_string(), now),
-        Ok(spec) => match engine::plan(&spec, &status, now) {
-            Plan::Completed => return Ok(Action::await_change()),
-            Plan::Invalid { message } => engine::invalid(&status, &message, now),
-            Plan::Measure(schedule) => {
-                measure(run, namespace, &spec, &status, &schedule, now, ctx).await?
-            }
+        Ok(spec) => match bounds::check(&spec) {
+            Err(e) => engine::invalid(&status, &format!("Analysis spec invalid: {e}"), now),
+            Ok(()) => match engine::plan(&spec, &status, now) {
+                Plan::Completed => return Ok(Action::await_change()),
+                Plan::Invalid { message } => engine::invalid(&status, &message, now),
+                Plan::Measure(schedule) => {
+                    measure(run, namespace, &spec, &status, &schedule, now, ctx).await?
+                }
+            },
         },
     };
+    budget::fit(&mut outcome.status);
     if outcome.status.phase != status.phase {
         tracing::info!(phase = %outcome.status.phase, message = %outcome.status.message, "AnalysisRun phase changed");
     }
@@ -116,7 +121,7 @@ async fn reconcile_run(
             // Written by someone else since our copy: plan again from the API's copy.
             tracing::debug!("the status changed under us; looking again");
             lock(&ctx.status_written).insert(object_key(namespace, &run.name_any()), String::new());
-            return Ok(Action::requeue(Duration::ZERO));
+            return Ok(Action::requeue(bounds::MIN_REQUEUE));
         }
     };
     if wrote {
@@ -126,7 +131,7 @@ async fn reconcile_run(
     }
     Ok(match outcome.requeue_at {
         Some(at) if !outcome.status.phase.is_completed() => {
-            Action::requeue(until(next_look(at, now, wrote)))
+            Action::requeue(bounds::bounded_requeue(until(next_look(at, now, wrote))))
         }
         _ => Action::await_change(),
     })
