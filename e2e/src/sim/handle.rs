@@ -125,6 +125,7 @@ pub fn start(options: SimOptions) -> io::Result<SimHandle> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("kube-sim")
+        .thread_stack_size(super::body::THREAD_STACK)
         .enable_all()
         .build()?;
     let served = sim.clone();
@@ -133,6 +134,7 @@ pub fn start(options: SimOptions) -> io::Result<SimHandle> {
     };
     let thread = std::thread::Builder::new()
         .name("kube-sim".into())
+        .stack_size(super::body::THREAD_STACK)
         .spawn(move || {
             runtime.block_on(async move {
                 let listener = match tokio::net::TcpListener::from_std(listener) {

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use hyper::Method;
 use serde_json::Value;
 
+use super::body::parse_json;
 use super::meta::{meta_str, rfc3339};
 use super::output::{Output, render_list, render_object};
 use super::patch::{self, PatchError};
@@ -240,7 +241,7 @@ fn recorded<'a>(manager: &'a str, subresource: Option<&'a str>) -> Option<FieldM
 }
 
 fn parse_body(body: &Bytes) -> ApiResult<Value> {
-    serde_json::from_slice(body)
+    parse_json(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
@@ -432,7 +433,7 @@ fn patch_error(info: &ResourceInfo, name: &str, err: PatchError) -> ApiError {
 
 /// Body of an apply patch: JSON (what kubectl and kube-rs send) or YAML.
 fn parse_apply_body(body: &Bytes) -> ApiResult<Value> {
-    serde_json::from_slice(body).or_else(|_| {
+    parse_json(body).or_else(|_| {
         let text = std::str::from_utf8(body)
             .map_err(|_| ApiError::bad_request("the apply body is neither JSON nor UTF-8 YAML"))?;
         serde_saphyr::from_str::<Value>(text).map_err(|e| {

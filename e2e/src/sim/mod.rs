@@ -6,6 +6,7 @@
 //! collection) and stream `watch`es from it; `controllers` simulate the ReplicaSet and
 //! Deployment controllers and the kubelet; `handle` starts it all (`start`).
 
+pub mod body;
 pub mod controllers;
 pub mod discovery;
 pub mod faults;
