@@ -224,6 +224,8 @@ pub enum IntOrPercentError {
     NotAPercentage { text: String },
     #[error("{text:?} of {total} is out of range")]
     OutOfRange { text: String, total: i32 },
+    #[error("{text:?} is too large a percentage to count pods with")]
+    PercentOutOfRange { text: String },
 }
 
 /// An int-or-percent (`3`, `"25%"`) as a count of `total`, rounding a percentage up or down.
@@ -251,13 +253,20 @@ pub fn scaled_value(
     }
 }
 
-/// `"25%"` as 25; anything else is an error naming the value.
+/// `"25%"` as 25; anything else is an error naming the value (a number beyond `i32` says so).
 pub fn parse_percent(text: &str) -> Result<i32, IntOrPercentError> {
-    text.strip_suffix('%')
-        .and_then(|n| n.parse::<i32>().ok())
-        .ok_or_else(|| IntOrPercentError::NotAPercentage {
-            text: text.to_string(),
-        })
+    let not_a_percentage = || IntOrPercentError::NotAPercentage {
+        text: text.to_string(),
+    };
+    let digits = text.strip_suffix('%').ok_or_else(not_a_percentage)?;
+    digits.parse::<i32>().map_err(|e| match e.kind() {
+        std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+            IntOrPercentError::PercentOutOfRange {
+                text: text.to_string(),
+            }
+        }
+        _ => not_a_percentage(),
+    })
 }
 
 fn seconds_to_duration(seconds: i32) -> Duration {
@@ -402,5 +411,65 @@ mod tests {
             Ok(0)
         );
         assert!(scaled_value(&IntOrString::String("5".into()), 4, false).is_err());
+        assert_eq!(
+            parse_percent("9223372036854775807%"),
+            Err(IntOrPercentError::PercentOutOfRange {
+                text: "9223372036854775807%".into()
+            })
+        );
+        assert_eq!(parse_percent("-5%"), Ok(-5));
+        assert!(matches!(
+            scaled_value(&IntOrString::String("2147483647%".into()), i32::MAX, true),
+            Err(IntOrPercentError::OutOfRange { .. })
+        ));
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn int_or_percent() -> impl Strategy<Value = IntOrString> {
+            prop_oneof![
+                any::<i32>().prop_map(IntOrString::Int),
+                any::<i64>().prop_map(|n| IntOrString::String(format!("{n}%"))),
+                any::<i32>().prop_map(|n| IntOrString::String(format!("{n}%"))),
+                "\\PC{0,12}".prop_map(IntOrString::String),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1000))]
+
+            /// Any value against any total: a count or an error naming the value.
+            #[test]
+            fn any_int_or_percent_scales_or_errs(
+                value in int_or_percent(),
+                total in any::<i32>(),
+                round_up in any::<bool>(),
+            ) {
+                if let (IntOrString::String(text), Err(e)) =
+                    (&value, scaled_value(&value, total, round_up))
+                {
+                    let quoted = format!("{text:?}");
+                    prop_assert!(e.to_string().contains(&quoted), "{e}");
+                }
+            }
+
+            /// Any surge, unavailable and replicas: fenceposts or an error.
+            #[test]
+            fn any_fenceposts_resolve_or_err(
+                surge in proptest::option::of(int_or_percent()),
+                unavailable in proptest::option::of(int_or_percent()),
+                replicas in proptest::option::of(any::<i32>()),
+            ) {
+                let mut spec = Rollout::test_canary("web", vec![]).spec;
+                spec.replicas = replicas;
+                if let Some(canary) = spec.strategy.canary.as_mut() {
+                    canary.max_surge = surge;
+                    canary.max_unavailable = unavailable;
+                }
+                let _ = spec.resolve_fenceposts();
+            }
+        }
     }
 }

@@ -17,6 +17,19 @@ use crate::rollout::{
     SCALE_DOWN_NEVER, SCALE_DOWN_ON_SUCCESS, SCALE_DOWN_PROGRESSIVELY, StringMatch,
 };
 
+/// The most pods any count of a Rollout may come to: `spec.replicas`, maxSurge and
+/// maxUnavailable once resolved, `setCanaryScale.replicas`, `minPodsPerReplicaSet`. Far above
+/// what one cluster runs (Kubernetes supports 150,000 pods per cluster); it keeps every sum of
+/// pod counts the planner makes within `i32`.
+pub const MAX_REPLICAS: i32 = 1_000_000;
+
+/// The largest `trafficRouting.maxTrafficWeight`.
+pub const MAX_TRAFFIC_WEIGHT: i32 = 1_000_000;
+
+/// The longest a `...Seconds` field may be: one year, as every duration
+/// ([`crate::duration::MAX`]).
+pub const MAX_SECONDS: i32 = 365 * 24 * 3600;
+
 /// Every problem found in the Rollout's spec; empty when it can be acted on.
 pub fn validate(rollout: &Rollout) -> Vec<FieldError> {
     let mut errors = Vec::new();
@@ -48,7 +61,169 @@ pub fn validate_strategy(rollout: &Rollout) -> Vec<FieldError> {
         (Some(canary), None) => validate_canary(rollout, canary, &mut errors),
         (None, Some(blue_green)) => validate_blue_green(rollout, blue_green, &mut errors),
     }
+    validate_bounds(rollout, &mut errors);
     errors
+}
+
+/// Counts, weights and seconds within [`MAX_REPLICAS`], [`MAX_TRAFFIC_WEIGHT`] and
+/// [`MAX_SECONDS`], so no arithmetic on them can overflow. Negative values are findings of
+/// their own rules.
+fn validate_bounds(rollout: &Rollout, errors: &mut Vec<FieldError>) {
+    let spec = &rollout.spec;
+    let replicas = spec.replicas;
+    at_most(replicas, MAX_REPLICAS, "spec.replicas", "pods", errors);
+    at_most(
+        spec.min_ready_seconds,
+        MAX_SECONDS,
+        "spec.minReadySeconds",
+        "seconds",
+        errors,
+    );
+    at_most(
+        spec.progress_deadline_seconds,
+        MAX_SECONDS,
+        "spec.progressDeadlineSeconds",
+        "seconds",
+        errors,
+    );
+    let total = spec.effective_replicas().clamp(0, MAX_REPLICAS);
+    if let Some(canary) = &spec.strategy.canary {
+        let path = "spec.strategy.canary";
+        let resolved = [
+            ("maxSurge", canary.max_surge.as_ref(), true),
+            ("maxUnavailable", canary.max_unavailable.as_ref(), false),
+        ];
+        for (field, value, round_up) in resolved {
+            if let Some(value) = value {
+                pod_count_bound(value, total, round_up, &format!("{path}.{field}"), errors);
+            }
+        }
+        for (field, value) in [
+            ("scaleDownDelaySeconds", canary.scale_down_delay_seconds),
+            (
+                "abortScaleDownDelaySeconds",
+                canary.abort_scale_down_delay_seconds,
+            ),
+        ] {
+            at_most(
+                value,
+                MAX_SECONDS,
+                &format!("{path}.{field}"),
+                "seconds",
+                errors,
+            );
+        }
+        at_most(
+            canary.min_pods_per_replica_set,
+            MAX_REPLICAS,
+            &format!("{path}.minPodsPerReplicaSet"),
+            "pods",
+            errors,
+        );
+        at_most(
+            canary
+                .traffic_routing
+                .as_ref()
+                .and_then(|r| r.max_traffic_weight),
+            MAX_TRAFFIC_WEIGHT,
+            &format!("{path}.trafficRouting.maxTrafficWeight"),
+            "",
+            errors,
+        );
+        for (i, step) in canary.steps().iter().enumerate() {
+            at_most(
+                step.set_canary_scale.as_ref().and_then(|s| s.replicas),
+                MAX_REPLICAS,
+                &format!("{path}.steps[{i}].setCanaryScale.replicas"),
+                "pods",
+                errors,
+            );
+        }
+    }
+    if let Some(blue_green) = &spec.strategy.blue_green {
+        let path = "spec.strategy.blueGreen";
+        if let Some(value) = &blue_green.max_unavailable {
+            pod_count_bound(
+                value,
+                total,
+                false,
+                &format!("{path}.maxUnavailable"),
+                errors,
+            );
+        }
+        for (field, value) in [
+            ("scaleDownDelaySeconds", blue_green.scale_down_delay_seconds),
+            (
+                "abortScaleDownDelaySeconds",
+                blue_green.abort_scale_down_delay_seconds,
+            ),
+            ("autoPromotionSeconds", blue_green.auto_promotion_seconds),
+        ] {
+            at_most(
+                value,
+                MAX_SECONDS,
+                &format!("{path}.{field}"),
+                "seconds",
+                errors,
+            );
+        }
+    }
+}
+
+/// `value` (when set) at most `max`.
+fn at_most(value: Option<i32>, max: i32, path: &str, unit: &str, errors: &mut Vec<FieldError>) {
+    if let Some(v) = value.filter(|v| *v > max) {
+        let max_text = if unit.is_empty() {
+            max.to_string()
+        } else {
+            format!("{max} {unit}")
+        };
+        errors.push(FieldError::new(
+            path,
+            format!("{v} is over the limit of {max_text}"),
+            format!("set {path} to at most {max_text}"),
+        ));
+    }
+}
+
+/// maxSurge / maxUnavailable resolved against `total` pods: at most [`MAX_REPLICAS`], and a
+/// percentage of maxUnavailable at most 100%. A value that does not parse or is negative is
+/// reported by `validate_int_or_percent`.
+fn pod_count_bound(
+    value: &IntOrString,
+    total: i32,
+    round_up: bool,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let fix = format!("set {path} to at most {MAX_REPLICAS} pods, or a percentage like \"25%\"");
+    match crate::defaults::scaled_value(value, total, round_up) {
+        Ok(count) if count > MAX_REPLICAS => errors.push(FieldError::new(
+            path,
+            format!(
+                "{} comes to {count} pods, over the limit of {MAX_REPLICAS}",
+                match value {
+                    IntOrString::Int(n) => n.to_string(),
+                    IntOrString::String(text) => format!("{text:?}"),
+                }
+            ),
+            fix,
+        )),
+        Err(reason @ crate::defaults::IntOrPercentError::OutOfRange { .. }) => {
+            errors.push(FieldError::new(path, reason.to_string(), fix));
+        }
+        _ => {}
+    }
+    if !round_up
+        && let IntOrString::String(text) = value
+        && parse_percent(text).is_ok_and(|p| p > 100)
+    {
+        errors.push(FieldError::new(
+            path,
+            format!("{text:?} is over 100%"),
+            format!("set {path} to at most \"100%\""),
+        ));
+    }
 }
 
 /// Features Argo accepts but this controller cannot act on: traffic routers other than nginx,
@@ -1951,5 +2126,212 @@ mod tests {
             &rollout,
             "spec.strategy.canary.steps[0].setCanaryScale.weight",
         );
+    }
+
+    #[test]
+    fn absurd_counts_weights_and_seconds_are_refused() {
+        let rollout = Rollout::test_canary("web", vec![]).with_replicas(i32::MAX);
+        assert_only_error(&rollout, "spec.replicas");
+        let rollout = Rollout::test_canary("web", vec![])
+            .with_canary(|c| c.max_surge = Some(IntOrString::Int(i32::MAX)));
+        assert_only_error(&rollout, "spec.strategy.canary.maxSurge");
+        let rollout = Rollout::test_canary("web", vec![])
+            .with_replicas(MAX_REPLICAS)
+            .with_canary(|c| c.max_surge = Some(IntOrString::String("2147483647%".into())));
+        assert_only_error(&rollout, "spec.strategy.canary.maxSurge");
+        let rollout = Rollout::test_canary("web", vec![]).with_canary(|c| {
+            c.max_unavailable = Some(IntOrString::String("9223372036854775807%".into()))
+        });
+        let errors = validate(&rollout);
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert!(
+            errors[0].reason.contains("too large a percentage"),
+            "{errors:#?}"
+        );
+        let rollout = Rollout::test_canary("web", vec![])
+            .with_canary(|c| c.max_unavailable = Some(IntOrString::String("150%".into())));
+        assert_only_error(&rollout, "spec.strategy.canary.maxUnavailable");
+        let rollout = Rollout::test_canary("web", vec![])
+            .with_canary(|c| c.max_unavailable = Some(IntOrString::String("-5%".into())));
+        assert_only_error(&rollout, "spec.strategy.canary.maxUnavailable");
+
+        let mut routing = nginx();
+        routing.max_traffic_weight = Some(i32::MAX);
+        let rollout = Rollout::test_canary("web", vec![]).with_traffic_routing(routing);
+        assert_only_error(
+            &rollout,
+            "spec.strategy.canary.trafficRouting.maxTrafficWeight",
+        );
+        let weight = |w: i32| CanaryStep {
+            set_weight: Some(w),
+            ..CanaryStep::default()
+        };
+        assert_only_error(
+            &Rollout::test_canary("web", vec![weight(150)]),
+            "spec.strategy.canary.steps[0].setWeight",
+        );
+        assert_only_error(
+            &Rollout::test_canary("web", vec![weight(-5)]),
+            "spec.strategy.canary.steps[0].setWeight",
+        );
+        let scale = CanaryStep {
+            set_canary_scale: Some(SetCanaryScale {
+                replicas: Some(i32::MAX),
+                ..SetCanaryScale::default()
+            }),
+            ..CanaryStep::default()
+        };
+        let rollout = Rollout::test_canary("web", vec![scale]).with_traffic_routing(nginx());
+        assert_only_error(
+            &rollout,
+            "spec.strategy.canary.steps[0].setCanaryScale.replicas",
+        );
+
+        let mut rollout = Rollout::test_canary("web", vec![]);
+        rollout.spec.progress_deadline_seconds = Some(i32::MAX);
+        assert_only_error(&rollout, "spec.progressDeadlineSeconds");
+        let rollout = Rollout::test_blue_green("web")
+            .with_blue_green(|bg| bg.auto_promotion_seconds = Some(MAX_SECONDS + 1));
+        assert_only_error(&rollout, "spec.strategy.blueGreen.autoPromotionSeconds");
+        let rollout = Rollout::test_blue_green("web")
+            .with_blue_green(|bg| bg.scale_down_delay_seconds = Some(MAX_SECONDS));
+        assert_eq!(validate(&rollout), vec![]);
+    }
+
+    #[test]
+    fn pause_durations_over_a_year_are_refused() {
+        let step = |d: IntOrString| CanaryStep {
+            pause: Some(RolloutPause { duration: Some(d) }),
+            ..CanaryStep::default()
+        };
+        for duration in [
+            IntOrString::String("100000000000000000000s".into()),
+            IntOrString::String("8761h".into()),
+            IntOrString::Int(i32::MAX),
+        ] {
+            let rollout = Rollout::test_canary("web", vec![step(duration)]);
+            let errors = validate(&rollout);
+            assert_eq!(errors.len(), 1, "{errors:#?}");
+            assert_eq!(
+                errors[0].path,
+                "spec.strategy.canary.steps[0].pause.duration"
+            );
+            assert!(errors[0].fix.contains("at most one year"), "{errors:#?}");
+        }
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn int_or_percent() -> impl Strategy<Value = Option<IntOrString>> {
+            proptest::option::of(prop_oneof![
+                any::<i32>().prop_map(IntOrString::Int),
+                any::<i64>().prop_map(|n| IntOrString::String(format!("{n}%"))),
+                "\\PC{0,8}".prop_map(IntOrString::String),
+            ])
+        }
+
+        fn step() -> impl Strategy<Value = CanaryStep> {
+            prop_oneof![
+                any::<i32>().prop_map(|w| CanaryStep {
+                    set_weight: Some(w),
+                    ..CanaryStep::default()
+                }),
+                prop_oneof![
+                    any::<i32>().prop_map(IntOrString::Int),
+                    "\\PC{0,16}".prop_map(IntOrString::String),
+                    "[0-9]{1,22}(s|m|h|ms)".prop_map(IntOrString::String),
+                ]
+                .prop_map(|d| CanaryStep {
+                    pause: Some(RolloutPause { duration: Some(d) }),
+                    ..CanaryStep::default()
+                }),
+                (any::<Option<i32>>(), any::<Option<i32>>()).prop_map(|(weight, replicas)| {
+                    CanaryStep {
+                        set_canary_scale: Some(SetCanaryScale {
+                            weight,
+                            replicas,
+                            ..SetCanaryScale::default()
+                        }),
+                        ..CanaryStep::default()
+                    }
+                }),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(500))]
+
+            /// Any numbers anywhere in a canary: findings or none, never a panic.
+            #[test]
+            fn any_canary_numbers_validate(
+                replicas in any::<Option<i32>>(),
+                surge in int_or_percent(),
+                unavailable in int_or_percent(),
+                max_weight in any::<Option<i32>>(),
+                seconds in any::<(Option<i32>, Option<i32>, Option<i32>)>(),
+                steps in proptest::collection::vec(step(), 0..4),
+                routed in any::<bool>(),
+            ) {
+                let mut rollout = Rollout::test_canary("web", steps);
+                if routed {
+                    let mut routing = nginx();
+                    routing.max_traffic_weight = max_weight;
+                    rollout = rollout.with_traffic_routing(routing);
+                }
+                rollout.spec.replicas = replicas;
+                rollout.spec.progress_deadline_seconds = seconds.0;
+                rollout.spec.min_ready_seconds = seconds.1;
+                let rollout = rollout.with_canary(|c| {
+                    c.max_surge = surge;
+                    c.max_unavailable = unavailable;
+                    c.scale_down_delay_seconds = seconds.2;
+                });
+                let _ = validate(&rollout);
+                let _ = planning_limits(&rollout);
+            }
+
+            /// Any selector against any labels: matches or not, never a panic.
+            #[test]
+            fn any_selector_validates_and_matches(
+                match_labels in proptest::collection::btree_map("\\PC{0,6}", "\\PC{0,6}", 0..3),
+                expressions in proptest::collection::vec(
+                    (
+                        "\\PC{0,6}",
+                        prop_oneof![
+                            Just("In".to_string()),
+                            Just("NotIn".to_string()),
+                            Just("Exists".to_string()),
+                            Just("DoesNotExist".to_string()),
+                            "\\PC{0,8}",
+                        ],
+                        proptest::option::of(proptest::collection::vec("\\PC{0,6}", 0..3)),
+                    ),
+                    0..3,
+                ),
+                labels in proptest::collection::btree_map("\\PC{0,6}", "\\PC{0,6}", 0..4),
+            ) {
+                let selector = LabelSelector {
+                    match_labels: Some(match_labels),
+                    match_expressions: Some(
+                        expressions
+                            .into_iter()
+                            .map(|(key, operator, values)| LabelSelectorRequirement {
+                                key,
+                                operator,
+                                values,
+                            })
+                            .collect(),
+                    ),
+                };
+                let mut errors = Vec::new();
+                let _ = validate_selector_syntax(&selector, &mut errors);
+                let _ = selector_matches(&selector, &labels);
+                let mut rollout = Rollout::test_canary("web", vec![]);
+                rollout.spec.selector = Some(selector);
+                let _ = validate(&rollout);
+            }
+        }
     }
 }
