@@ -21,13 +21,44 @@ pub enum Error {
         source: Box<kube::Error>,
     },
 
-    #[error(
-        "cannot list Rollouts {scope} at startup (check the RBAC of the controller's service account): {source}"
-    )]
+    #[error("cannot list Rollouts {scope} at startup: {source}")]
     StartupList {
         scope: String,
         #[source]
         source: Box<kube::Error>,
+    },
+
+    #[error(
+        "the API server refused {request} at startup ({code} {reason}: {message}): check the RBAC of the controller's service account, or its credentials"
+    )]
+    StartupRefused {
+        /// The request, as `list rollouts.argoproj.io in all namespaces`.
+        request: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+
+    #[error(
+        "reconcile of Rollout {namespace}/{name} panicked: {message}; it is retried with backoff, other Rollouts are not affected"
+    )]
+    ReconcilePanicked {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+
+    #[error("the {task} stopped: {reason}; exiting so the Deployment restarts this replica")]
+    TaskFailed { task: &'static str, reason: String },
+
+    #[error(
+        "{operation} of Lease {namespace}/{name} for leader election took longer than {timeout:?}"
+    )]
+    LeaseTimeout {
+        operation: &'static str,
+        namespace: String,
+        name: String,
+        timeout: std::time::Duration,
     },
 
     #[error("cannot read Rollout {namespace}/{name}: {source}")]
@@ -168,6 +199,10 @@ impl Error {
             Error::Kubeconfig { .. } => "kubeconfig",
             Error::CrdNotInstalled { .. } => "crd_not_installed",
             Error::StartupList { .. } => "startup_list",
+            Error::StartupRefused { .. } => "startup_refused",
+            Error::ReconcilePanicked { .. } => "panic",
+            Error::TaskFailed { .. } => "task_failed",
+            Error::LeaseTimeout { .. } => "lease_timeout",
             Error::PatchStatus { .. } => "patch_status",
             Error::GetRollout { .. } => "get_rollout",
             Error::Write { .. } => "write",

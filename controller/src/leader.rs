@@ -2,20 +2,51 @@
 //!
 //! [`decide`] is the pure rule (acquire, renew or wait); [`LeaderElection`] applies it with
 //! optimistic concurrency (a write carries the resourceVersion it read, so two candidates
-//! cannot both win). The leader renews every third of the lease duration; a follower polls
-//! every [`RETRY_PERIOD`] and takes over as soon as the lease expires or is released.
+//! cannot both win). Timings follow client-go's leader election, in its proportions of the
+//! lease duration ([`Timing`]): the leader renews every retry period, and one that has not
+//! renewed within the renew deadline stops acting, before its lease can expire and another
+//! replica may take over. Every request on the Lease has a timeout, so a hung API server
+//! cannot keep a leader acting past its deadline or a follower waiting forever.
 
+use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
-/// How often a follower looks at the Lease.
-pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// The timings of leader election, derived from `--lease-duration` in client-go's proportions:
+/// a 15s lease (the default) gives a 10s renew deadline, a 2s retry period and 5s per request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// How long a Lease stays valid without renewal.
+    pub lease_duration: Duration,
+    /// A leader that has not renewed for this long since the start of its last successful
+    /// renewal stops acting: two thirds of the lease, so it stops a third of the lease before
+    /// any other replica may take over.
+    pub renew_deadline: Duration,
+    /// Between a leader's renewals, and between a follower's looks at the Lease.
+    pub retry_period: Duration,
+    /// The longest one request on the Lease (get, create, replace) may take.
+    pub request_timeout: Duration,
+}
+
+impl Timing {
+    pub fn for_lease(lease_duration: Duration) -> Self {
+        // Divided first, so no duration can overflow.
+        let renew_deadline = lease_duration / 3 * 2;
+        Self {
+            lease_duration,
+            renew_deadline,
+            retry_period: lease_duration / 15 * 2,
+            request_timeout: renew_deadline / 2,
+        }
+    }
+}
 
 /// What the Lease says, reduced to what the decision needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -51,7 +82,8 @@ pub enum LeaderDecision {
 }
 
 /// The election rule: a lease is held until `renewTime + leaseDuration`; an empty holder
-/// (released) or a lease never renewed is free.
+/// (released), a lease never renewed or one with a negative duration is free. Times are
+/// another replica's data: an expiry past the end of representable time means held.
 pub fn decide(lease: &LeaseRecord, identity: &str, now: Timestamp) -> LeaderDecision {
     let Some(holder) = &lease.holder else {
         return LeaderDecision::Acquire;
@@ -62,7 +94,12 @@ pub fn decide(lease: &LeaseRecord, identity: &str, now: Timestamp) -> LeaderDeci
     let (Some(renewed), Some(duration)) = (lease.renew_time, lease.lease_duration) else {
         return LeaderDecision::Acquire;
     };
-    let expires = renewed + SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX);
+    let expires = SignedDuration::try_from(duration)
+        .ok()
+        .and_then(|duration| renewed.checked_add(duration).ok());
+    let Some(expires) = expires else {
+        return LeaderDecision::Wait(Duration::MAX);
+    };
     match Duration::try_from(now.duration_until(expires)) {
         Ok(left) if !left.is_zero() => LeaderDecision::Wait(left),
         _ => LeaderDecision::Acquire,
@@ -76,7 +113,7 @@ pub struct LeaderElection {
     namespace: String,
     name: String,
     identity: String,
-    lease_duration: Duration,
+    timing: Timing,
 }
 
 impl LeaderElection {
@@ -92,7 +129,7 @@ impl LeaderElection {
             namespace: namespace.to_string(),
             name: name.to_string(),
             identity,
-            lease_duration,
+            timing: Timing::for_lease(lease_duration),
         }
     }
 
@@ -100,53 +137,69 @@ impl LeaderElection {
         &self.identity
     }
 
-    /// Waits until this candidate holds the Lease. API errors are retried: a follower has
-    /// nothing to lose by waiting, and the leader may be the one that is unreachable.
-    pub async fn acquire(&self) {
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// Waits until this candidate holds the Lease; returns when the winning round started,
+    /// which is when the lease's validity is counted from. API errors and timeouts are retried:
+    /// a follower has nothing to lose by waiting, and the leader may be the one that is
+    /// unreachable.
+    pub async fn acquire(&self) -> Instant {
         loop {
+            let started = Instant::now();
             match self.try_acquire_or_renew().await {
-                Ok(LeaderDecision::Acquire | LeaderDecision::Renew) => return,
+                Ok(LeaderDecision::Acquire | LeaderDecision::Renew) => return started,
                 Ok(LeaderDecision::Wait(left)) => {
-                    tokio::time::sleep(left.min(RETRY_PERIOD)).await;
+                    tokio::time::sleep(left.min(self.timing.retry_period)).await;
                 }
                 Err(error) => {
                     tracing::warn!(%error, "cannot read or take the leader lease, retrying");
-                    tokio::time::sleep(RETRY_PERIOD).await;
+                    tokio::time::sleep(self.timing.retry_period).await;
                 }
             }
         }
     }
 
-    /// Renews the Lease until it is lost; returns why. A renewal may fail for up to two
-    /// thirds of the lease duration (network, API server) before leadership is given up.
-    pub async fn hold(&self) -> Error {
-        let renew_every = self.lease_duration / 3;
-        let mut last_renewed = tokio::time::Instant::now();
+    /// Renews the Lease every retry period until it is lost; returns why. `renewed` is when
+    /// the round that acquired it started. Renewals may fail (network, API server, timeouts)
+    /// until the renew deadline after the start of the last successful one: then this returns
+    /// at once, even with a request still hanging, before the lease can expire.
+    pub async fn hold(&self, renewed: Instant) -> Error {
+        let mut renewed = renewed;
         loop {
-            tokio::time::sleep(renew_every).await;
-            match self.try_acquire_or_renew().await {
-                Ok(LeaderDecision::Renew | LeaderDecision::Acquire) => {
-                    last_renewed = tokio::time::Instant::now();
-                }
-                Ok(LeaderDecision::Wait(_)) => {
+            let deadline = renewed + self.timing.renew_deadline;
+            tokio::time::sleep_until((Instant::now() + self.timing.retry_period).min(deadline))
+                .await;
+            let started = Instant::now();
+            if started >= deadline {
+                return self.not_renewed_in_time();
+            }
+            match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
+                Ok(Ok(LeaderDecision::Renew | LeaderDecision::Acquire)) => renewed = started,
+                Ok(Ok(LeaderDecision::Wait(_))) => {
                     return self.lost("another replica holds the lease".to_string());
                 }
-                Err(error) if last_renewed.elapsed() + renew_every < self.lease_duration => {
-                    tracing::warn!(%error, "cannot renew the leader lease, retrying");
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "cannot renew the leader lease, retrying until the renew deadline");
                 }
-                Err(error) => {
-                    return self.lost(format!("not renewed in time: {error}"));
-                }
+                Err(_) => return self.not_renewed_in_time(),
             }
         }
+    }
+
+    fn not_renewed_in_time(&self) -> Error {
+        self.lost(format!(
+            "not renewed within the renew deadline ({:?}, the lease lasts {:?}); stopped acting before it can expire",
+            self.timing.renew_deadline, self.timing.lease_duration
+        ))
     }
 
     /// Gives the Lease up (empty holder) so a follower takes over without waiting for expiry.
     pub async fn release(&self) -> Result<()> {
         let Some(mut lease) = self
-            .api
-            .get_opt(&self.name)
-            .await
+            .request("get", self.api.get_opt(&self.name))
+            .await?
             .map_err(|e| self.lease_error(e))?
         else {
             return Ok(());
@@ -157,11 +210,29 @@ impl LeaderElection {
         }
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
-        self.api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await
-            .map_err(|e| self.lease_error(e))?;
+        self.request(
+            "replace",
+            self.api.replace(&self.name, &PostParams::default(), &lease),
+        )
+        .await?
+        .map_err(|e| self.lease_error(e))?;
         Ok(())
+    }
+
+    /// One request on the Lease, given up after the request timeout.
+    async fn request<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = kube::Result<T>>,
+    ) -> Result<kube::Result<T>> {
+        tokio::time::timeout(self.timing.request_timeout, call)
+            .await
+            .map_err(|_| Error::LeaseTimeout {
+                operation,
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                timeout: self.timing.request_timeout,
+            })
     }
 
     /// One round: read the Lease, decide, and write it when acquiring or renewing. A write
@@ -169,9 +240,8 @@ impl LeaderElection {
     async fn try_acquire_or_renew(&self) -> Result<LeaderDecision> {
         let now = Timestamp::now();
         let existing = self
-            .api
-            .get_opt(&self.name)
-            .await
+            .request("get", self.api.get_opt(&self.name))
+            .await?
             .map_err(|e| self.lease_error(e))?;
         let record = existing.as_ref().map(LeaseRecord::of).unwrap_or_default();
         let decision = decide(&record, &self.identity, now);
@@ -186,27 +256,31 @@ impl LeaderElection {
                     },
                     spec: Some(self.spec(now, now, 0)),
                 };
-                self.api.create(&PostParams::default(), &lease).await
+                self.request("create", self.api.create(&PostParams::default(), &lease))
+                    .await?
             }
             (_, Some(mut lease)) => {
                 let previous = lease.spec.take().unwrap_or_default();
+                let transitions = previous.lease_transitions.unwrap_or(0);
                 let spec = if decision == LeaderDecision::Renew {
                     let acquired = previous.acquire_time.map_or(now, |time| time.0);
-                    self.spec(acquired, now, previous.lease_transitions.unwrap_or(0))
+                    self.spec(acquired, now, transitions)
                 } else {
                     tracing::info!(previous = ?previous.holder_identity, "taking over the leader lease");
-                    self.spec(now, now, previous.lease_transitions.unwrap_or(0) + 1)
+                    self.spec(now, now, transitions.saturating_add(1))
                 };
                 lease.spec = Some(spec);
-                self.api
-                    .replace(&self.name, &PostParams::default(), &lease)
-                    .await
+                self.request(
+                    "replace",
+                    self.api.replace(&self.name, &PostParams::default(), &lease),
+                )
+                .await?
             }
         };
         match written {
             Ok(_) => Ok(decision),
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                Ok(LeaderDecision::Wait(RETRY_PERIOD))
+                Ok(LeaderDecision::Wait(self.timing.retry_period))
             }
             Err(error) => Err(self.lease_error(error)),
         }
@@ -216,7 +290,7 @@ impl LeaderElection {
         LeaseSpec {
             holder_identity: Some(self.identity.clone()),
             lease_duration_seconds: Some(
-                i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX),
+                i32::try_from(self.timing.lease_duration.as_secs()).unwrap_or(i32::MAX),
             ),
             acquire_time: Some(MicroTime(acquired)),
             renew_time: Some(MicroTime(renewed)),
@@ -320,6 +394,66 @@ mod tests {
         assert_eq!(
             decide(&never_renewed, "me", at(100)),
             LeaderDecision::Acquire
+        );
+    }
+
+    #[test]
+    fn timings_follow_client_go_proportions() {
+        assert_eq!(
+            Timing::for_lease(Duration::from_secs(15)),
+            Timing {
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+                request_timeout: Duration::from_secs(5),
+            }
+        );
+        let shortest = Timing::for_lease(Duration::from_secs(3));
+        assert_eq!(shortest.renew_deadline, Duration::from_secs(2));
+        assert_eq!(shortest.retry_period, Duration::from_millis(400));
+        let longest = Timing::for_lease(Duration::MAX);
+        assert!(longest.renew_deadline < longest.lease_duration);
+    }
+
+    #[test]
+    fn absurd_lease_times_from_another_holder_do_not_panic() {
+        let far_future = Timestamp::MAX;
+        let forever = LeaseRecord {
+            holder: Some("other".to_string()),
+            renew_time: Some(far_future),
+            lease_duration: Some(Duration::from_secs(i32::MAX.unsigned_abs().into())),
+        };
+        assert!(matches!(
+            decide(&forever, "me", at(100)),
+            LeaderDecision::Wait(_)
+        ));
+        let ancient = LeaseRecord {
+            renew_time: Some(Timestamp::MIN),
+            ..forever.clone()
+        };
+        assert_eq!(decide(&ancient, "me", at(100)), LeaderDecision::Acquire);
+        let huge = LeaseRecord {
+            lease_duration: Some(Duration::MAX),
+            ..held_by("other", 99)
+        };
+        assert!(matches!(
+            decide(&huge, "me", at(100)),
+            LeaderDecision::Wait(_)
+        ));
+        let lease = Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some("other".to_string()),
+                lease_duration_seconds: Some(i32::MIN),
+                renew_time: Some(MicroTime(far_future)),
+                lease_transitions: Some(i32::MAX),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        };
+        assert_eq!(
+            decide(&LeaseRecord::of(&lease), "me", at(100)),
+            LeaderDecision::Acquire,
+            "a negative duration is no lease"
         );
     }
 

@@ -16,3 +16,4 @@ pub mod planner;
 pub mod reconcile;
 pub mod startup;
 pub mod status_patch;
+pub mod supervise;

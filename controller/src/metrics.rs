@@ -64,6 +64,28 @@ struct RolloutInfoLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+/// `rollouts_controller_reconcile_panics_total{controller}`: reconciles that panicked, by
+/// controller (`rollout`, `analysisrun`). Clones share their values, so the AnalysisRun
+/// controller counts through its own clone.
+#[derive(Clone, Debug, Default)]
+pub struct ReconcilePanics(Family<ControllerLabels, Counter>);
+
+impl ReconcilePanics {
+    /// Counts one panicked reconcile of `controller`.
+    pub fn count(&self, controller: &str) {
+        self.0
+            .get_or_create(&ControllerLabels {
+                controller: controller.to_string(),
+            })
+            .inc();
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: String,
 }
@@ -81,6 +103,8 @@ pub struct Metrics {
     events: Family<EventLabels, Counter>,
     /// The AnalysisRun controller's counters, registered here so `/metrics` serves them.
     pub analysis_runs: AnalysisRunMetrics,
+    /// Panicked reconciles of both controllers.
+    pub reconcile_panics: ReconcilePanics,
 }
 
 impl Metrics {
@@ -113,12 +137,19 @@ impl Metrics {
         registry.register_collector(Box::new(RolloutCollector { rollouts }));
         let analysis_runs = AnalysisRunMetrics::default();
         analysis_runs.register(&mut registry);
+        let reconcile_panics = ReconcilePanics::default();
+        registry.register(
+            "rollouts_controller_reconcile_panics",
+            "Reconciles that panicked, by controller; the object backs off and the others are still served",
+            reconcile_panics.0.clone(),
+        );
         Self {
             registry,
             reconcile,
             reconcile_errors,
             events,
             analysis_runs,
+            reconcile_panics,
         }
     }
 
@@ -338,6 +369,25 @@ mod tests {
         assert!(
             text.contains(
                 r#"analysis_run_measurements_total{provider="prometheus",phase="Failed"} 1"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn panicked_reconciles_are_counted_by_controller() {
+        let metrics = metrics_with(Vec::new());
+        metrics.reconcile_panics.count("rollout");
+        metrics.reconcile_panics.clone().count("analysisrun");
+        metrics.reconcile_panics.count("analysisrun");
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"rollouts_controller_reconcile_panics_total{controller="rollout"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"rollouts_controller_reconcile_panics_total{controller="analysisrun"} 2"#
             ),
             "{text}"
         );

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::observe::{self, LiveServices};
 use crate::planner::{self, Observed};
 use crate::status_patch;
+use crate::supervise::{self, Panicked};
 
 /// How soon an invalid Rollout is looked at again: the cause may be timing (a Service applied
 /// after the Rollout), as Argo assumes.
@@ -35,9 +36,26 @@ pub const CACHE_CATCH_UP: Duration = Duration::from_millis(500);
 /// How long a reconcile waits for the first list of ReplicaSets and AnalysisRuns.
 const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Reconciles one Rollout; timing and outcome go to metrics.
-#[instrument(skip(rollout, ctx), fields(namespace = rollout.namespace(), name = rollout.name_any()))]
+/// Reconciles one Rollout; timing and outcome go to metrics. A panic inside is this Rollout's
+/// error (logged, counted in `rollouts_controller_reconcile_panics_total`), so `error_policy`
+/// backs it off while every other Rollout is still served.
 pub async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action> {
+    let namespace = rollout.namespace().unwrap_or_default();
+    let name = rollout.name_any();
+    let panics = ctx.metrics.reconcile_panics.clone();
+    let reconcile = reconcile_uncontained(rollout, ctx);
+    match supervise::contain("rollout", &namespace, &name, &panics, reconcile).await {
+        Ok(outcome) => outcome,
+        Err(Panicked { message }) => Err(Error::ReconcilePanicked {
+            namespace,
+            name,
+            message,
+        }),
+    }
+}
+
+#[instrument(skip(rollout, ctx), fields(namespace = rollout.namespace(), name = rollout.name_any()))]
+async fn reconcile_uncontained(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action> {
     let namespace = rollout
         .namespace()
         .ok_or_else(|| Error::MissingObjectKey(rollout.name_any()))?;

@@ -4,6 +4,7 @@
 
 use std::io::IsTerminal;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -16,19 +17,21 @@ use kube::{Client, Config};
 use rollouts_crds::analysis::AnalysisRun;
 use rollouts_crds::rollout::{DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, ROLLOUT_TYPE_LABEL, Rollout};
 use tokio::sync::watch;
+use tokio::task::{JoinError, JoinHandle};
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Flags, LogFormat};
 use crate::context::{Context, Settings};
 use crate::error::{Error, Result};
-use crate::health::{self, Diagnostics, Endpoints, Leadership};
+use crate::health::{self, Diagnostics, Endpoints, Leadership, ServerLimits};
 use crate::leader::{self, LeaderElection};
 use crate::metrics::Metrics;
 use crate::owned_cache::{self, OwnedCaches};
 use crate::reconcile::{error_policy, reconcile};
+use crate::supervise::{GaveUp, RestartPolicy, panic_message, supervise};
 
 /// How long AnalysisRun reconciles in flight get to finish once the Rollout controller stopped.
-const ANALYSIS_RUN_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+const ANALYSIS_RUN_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Installs the global log subscriber: `--log-format` text or JSON, filtered by `--log-level`.
 pub fn init_logging(flags: &Flags) -> Result<()> {
@@ -82,21 +85,110 @@ pub async fn client(flags: &Flags) -> Result<Client> {
 /// The `User-Agent` of every request the controller makes.
 pub const USER_AGENT: &str = concat!("rollouts-controller/", env!("CARGO_PKG_VERSION"));
 
-/// Lists one Rollout: a 404 means the CRD is not installed, which no retry will fix.
-pub async fn check_crd_installed(api: &Api<Rollout>, scope: &str) -> Result<()> {
-    match api.list(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(Error::CrdNotInstalled {
-            source: Box::new(kube::Error::Api(status)),
-        }),
-        Err(source) => Err(Error::StartupList {
+/// How long the start-up list of Rollouts may take before it counts as failed and is retried.
+const STARTUP_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The wait before the first start-up retry, doubled for each further one up to
+/// [`STARTUP_MAX_BACKOFF`].
+const STARTUP_FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const STARTUP_MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Names of the supervised tasks, as `/readyz` and the logs name them.
+const ROLLOUT_CONTROLLER: &str = "Rollout controller";
+const ANALYSIS_RUN_CONTROLLER: &str = "AnalysisRun controller";
+const LEASE_HOLDER: &str = "leader lease holder";
+const HEALTH_SERVER: &str = "health server";
+const METRICS_SERVER: &str = "metrics server";
+
+/// Lists one Rollout. A 404 means the CRD is not installed and a 401 or 403 that the
+/// controller may not list Rollouts: no retry fixes those. Transient failures (5xx, 429,
+/// timeouts, connection errors) are retried with a growing backoff, each logged, for as long
+/// as it takes.
+pub async fn check_crd_installed<K>(api: &Api<K>, scope: &str) -> Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut attempt: u32 = 0;
+    loop {
+        attempt = attempt.saturating_add(1);
+        let listed = tokio::time::timeout(
+            STARTUP_REQUEST_TIMEOUT,
+            api.list(&ListParams::default().limit(1)),
+        )
+        .await;
+        let transient = match listed {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(error)) => match startup_failure(error, scope) {
+                StartupFailure::Fatal(error) => return Err(error),
+                StartupFailure::Transient(error) => error.to_string(),
+            },
+            Err(_) => format!("no answer within {STARTUP_REQUEST_TIMEOUT:?}"),
+        };
+        let retry_in = startup_backoff(attempt);
+        tracing::warn!(
+            attempt,
+            error = %transient,
+            ?retry_in,
+            "cannot list Rollouts {scope} at startup; retrying"
+        );
+        tokio::time::sleep(retry_in).await;
+    }
+}
+
+/// What to do about a failed start-up request.
+#[derive(Debug)]
+enum StartupFailure {
+    /// Worth retrying: the API server or the network may recover.
+    Transient(kube::Error),
+    /// No retry helps; the process exits with this.
+    Fatal(Error),
+}
+
+/// Sorts a failed start-up list of Rollouts: 404 is a missing CRD, 401 and 403 are refused
+/// access (naming the request), 5xx (but 501), 408 and 429 and connection errors are
+/// transient; anything else is reported as it is.
+fn startup_failure(error: kube::Error, scope: &str) -> StartupFailure {
+    match error {
+        kube::Error::Api(status) if status.code == 404 => {
+            StartupFailure::Fatal(Error::CrdNotInstalled {
+                source: Box::new(kube::Error::Api(status)),
+            })
+        }
+        kube::Error::Api(status) if status.code == 401 || status.code == 403 => {
+            StartupFailure::Fatal(Error::StartupRefused {
+                request: format!("list rollouts.argoproj.io {scope}"),
+                code: status.code,
+                reason: status.reason.clone(),
+                message: status.message.clone(),
+            })
+        }
+        kube::Error::Api(status)
+            if matches!(status.code, 408 | 429) || (status.code >= 500 && status.code != 501) =>
+        {
+            StartupFailure::Transient(kube::Error::Api(status))
+        }
+        error @ (kube::Error::HyperError(_)
+        | kube::Error::Service(_)
+        | kube::Error::ReadEvents(_)) => StartupFailure::Transient(error),
+        source => StartupFailure::Fatal(Error::StartupList {
             scope: scope.to_string(),
             source: Box::new(source),
         }),
     }
 }
 
-/// Runs the controller until SIGTERM/SIGINT (Ok) or until the leader lease is lost (Err).
+/// The wait after start-up attempt number `attempt` failed.
+fn startup_backoff(attempt: u32) -> Duration {
+    let doublings = attempt.saturating_sub(1).min(16);
+    STARTUP_FIRST_BACKOFF
+        .saturating_mul(1u32 << doublings)
+        .min(STARTUP_MAX_BACKOFF)
+}
+
+/// Runs the controller until SIGTERM/SIGINT (Ok), or until the leader lease is lost or a
+/// supervised task fails for good (Err: the process exits non-zero and the Deployment restarts
+/// it). Once the lease is lost the controllers are cancelled at once, reconciles in flight
+/// included; a failing task takes `/readyz` down before anything else stops.
 pub async fn run(flags: Flags) -> Result<()> {
     let client = client(&flags).await?;
     let namespace = flags.namespace.as_deref();
@@ -142,47 +234,36 @@ pub async fn run(flags: Flags) -> Result<()> {
             leader::candidate_identity(),
             flags.lease_duration,
         );
-        tracing::info!(identity = election.identity(), lease = %flags.lease_name, %namespace, "waiting for the leader lease");
-        tokio::select! {
-            () = election.acquire() => {}
+        let timing = election.timing();
+        tracing::info!(
+            identity = election.identity(),
+            lease = %flags.lease_name,
+            %namespace,
+            lease_duration = ?timing.lease_duration,
+            renew_deadline = ?timing.renew_deadline,
+            retry_period = ?timing.retry_period,
+            "waiting for the leader lease"
+        );
+        let acquired = tokio::select! {
+            acquired = election.acquire() => acquired,
             () = wait_for(shutdown.clone()) => {
                 tracing::info!("shutdown requested before becoming leader");
                 return Ok(());
             }
-        }
+        };
         diagnostics.set_leadership(Leadership::Leader);
         tracing::info!("became leader");
-        Some(election)
+        Some((election, acquired))
     } else {
         None
     };
 
-    // Losing the lease stops the controller like a signal does, and makes the process fail.
-    let (lost_tx, lost_rx) = watch::channel(false);
-    let stop = futures::FutureExt::shared({
-        let mut lost = lost_rx.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            let lease_lost = async move {
-                // Without leader election the sender is dropped at once: that is not a loss.
-                if lost.wait_for(|lost| *lost).await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            };
-            tokio::select! {
-                () = wait_for(shutdown) => {}
-                () = lease_lost => {}
-            }
-        }
-    });
-    let holder = election.clone().map(|election| {
-        let diagnostics = diagnostics.clone();
-        tokio::spawn(async move {
-            let error = election.hold().await;
-            diagnostics.set_leadership(Leadership::Stopping);
-            lost_tx.send_replace(true);
-            error
-        })
+    // The Lease holder: however it ends (lost, not renewed in time, panicked), the controllers
+    // are cancelled at once.
+    let mut holder = election.as_ref().map(|(election, acquired)| {
+        let (election, acquired) = (election.clone(), *acquired);
+        diagnostics.task_up(LEASE_HOLDER);
+        tokio::spawn(async move { election.hold(acquired).await })
     });
 
     let context = Arc::new(Context::new(
@@ -195,49 +276,82 @@ pub async fn run(flags: Flags) -> Result<()> {
         },
         caches,
     ));
-    // AnalysisRuns have their own controller, under the same leadership and shutdown.
-    let analysis_runs = tokio::spawn(crate::analysisrun::run(
-        context.client.clone(),
-        crate::analysisrun::Options::from_flags(&flags),
-        context.metrics.analysis_runs.clone(),
-        stop.clone(),
-    ));
-    rollout_controller
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, context)
-        .for_each(|outcome| async move {
-            match outcome {
-                Ok(_) => {}
-                // error_policy has already logged and counted failed reconciles.
-                Err(
-                    controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_),
-                ) => {}
-                Err(error) => tracing::warn!(%error, "watch failed; retrying"),
-            }
-        })
-        .await;
-    let mut analysis_runs = analysis_runs;
-    match tokio::time::timeout(ANALYSIS_RUN_SHUTDOWN_GRACE, &mut analysis_runs).await {
-        Ok(Ok(Err(error))) => tracing::error!(%error, "the AnalysisRun controller did not run"),
-        Ok(_) => {}
-        // kube's Controller stopped before its first list waits for its store forever.
-        Err(_) => {
-            tracing::warn!("the AnalysisRun controller did not stop in time; stopping it");
-            analysis_runs.abort();
+    // A signal stops both controllers gracefully, finishing reconciles in flight.
+    let stop = futures::FutureExt::shared(wait_for(shutdown.clone()));
+    // AnalysisRuns have their own controller, under the same leadership and shutdown,
+    // restarted with a backoff should it end or panic.
+    let analysis_runs = tokio::spawn({
+        let client = context.client.clone();
+        let options = crate::analysisrun::Options::from_flags(&flags);
+        let run_metrics = context.metrics.analysis_runs.clone();
+        let panics = context.metrics.reconcile_panics.clone();
+        let (diagnostics, shutdown, stop) = (diagnostics.clone(), shutdown.clone(), stop.clone());
+        async move {
+            supervise(
+                ANALYSIS_RUN_CONTROLLER,
+                &diagnostics,
+                RestartPolicy::DEFAULT,
+                || *shutdown.borrow(),
+                || {
+                    let run = crate::analysisrun::run(
+                        client.clone(),
+                        options.clone(),
+                        run_metrics.clone(),
+                        panics.clone(),
+                        stop.clone(),
+                    );
+                    async move { run.await.map_err(|error| error.to_string()) }
+                },
+            )
+            .await
         }
-    }
-    diagnostics.set_leadership(Leadership::Stopping);
+    });
+    diagnostics.task_up(ROLLOUT_CONTROLLER);
+    let rollouts = tokio::spawn(
+        rollout_controller
+            .graceful_shutdown_on(stop)
+            .run(reconcile, error_policy, context)
+            .for_each(|outcome| async move {
+                match outcome {
+                    Ok(_) => {}
+                    // error_policy has already logged and counted failed reconciles.
+                    Err(
+                        controller::Error::ReconcilerFailed(..)
+                        | controller::Error::ObjectNotFound(_),
+                    ) => {}
+                    Err(error) => tracing::warn!(%error, "watch failed; retrying"),
+                }
+            }),
+    );
+    let mut controllers = Controllers {
+        rollouts: Some(rollouts),
+        analysis_runs: Some(analysis_runs),
+    };
 
-    if let Some(holder) = holder {
-        if *lost_rx.borrow() {
-            if let Ok(error) = holder.await {
-                return Err(error);
-            }
-        } else {
-            holder.abort();
+    let lease_ended = async {
+        match holder.as_mut() {
+            Some(holder) => holder.await,
+            None => std::future::pending().await,
         }
+    };
+    let (outcome, lease_held) = tokio::select! {
+        outcome = controllers.until_stopped(&shutdown, &diagnostics) => (outcome, true),
+        ended = lease_ended => {
+            let error = match ended {
+                Ok(error) => error,
+                Err(join) => Error::TaskFailed { task: LEASE_HOLDER, reason: join_failure(join) },
+            };
+            diagnostics.task_down(LEASE_HOLDER, &error.to_string());
+            tracing::error!(%error, "stopping at once: this replica may no longer act");
+            (Err(error), false)
+        }
+    };
+    diagnostics.set_leadership(Leadership::Stopping);
+    controllers.abort().await;
+    if let Some(holder) = holder {
+        holder.abort();
     }
-    if let Some(election) = election {
+    if lease_held && let Some((election, _)) = election {
         match election.release().await {
             Ok(()) => tracing::info!("released the leader lease"),
             Err(error) => {
@@ -245,8 +359,123 @@ pub async fn run(flags: Flags) -> Result<()> {
             }
         }
     }
-    tracing::info!("stopped");
-    Ok(())
+    if outcome.is_ok() {
+        tracing::info!("stopped");
+    }
+    outcome
+}
+
+/// The two controllers, each in its own task; a handle is taken once its task is joined.
+struct Controllers {
+    rollouts: Option<JoinHandle<()>>,
+    analysis_runs: Option<JoinHandle<std::result::Result<(), GaveUp>>>,
+}
+
+/// Which controller task ended first, and how.
+enum Ended {
+    Rollouts(std::result::Result<(), JoinError>),
+    AnalysisRuns(std::result::Result<std::result::Result<(), GaveUp>, JoinError>),
+}
+
+impl Controllers {
+    /// Waits until both controllers stopped after a signal (Ok), or one of them failed for
+    /// good (Err; `/readyz` already names it). The Rollout controller is not restarted: the
+    /// metrics read its cache and its watches restart themselves, so its end is a fault.
+    async fn until_stopped(
+        &mut self,
+        shutdown: &watch::Receiver<bool>,
+        diagnostics: &Diagnostics,
+    ) -> Result<()> {
+        let stopping = || *shutdown.borrow();
+        let ended = match (self.rollouts.as_mut(), self.analysis_runs.as_mut()) {
+            (Some(rollouts), Some(analysis_runs)) => tokio::select! {
+                ended = rollouts => Ended::Rollouts(ended),
+                ended = analysis_runs => Ended::AnalysisRuns(ended),
+            },
+            _ => return Ok(()),
+        };
+        match ended {
+            Ended::Rollouts(ended) => {
+                self.rollouts = None;
+                if ended.is_ok() && stopping() {
+                    diagnostics.task_stopped(ROLLOUT_CONTROLLER);
+                    self.finish_analysis_runs().await;
+                    return Ok(());
+                }
+                let reason = match ended {
+                    Ok(()) => "ended".to_string(),
+                    Err(join) => join_failure(join),
+                };
+                diagnostics.task_down(ROLLOUT_CONTROLLER, &reason);
+                Err(Error::TaskFailed {
+                    task: ROLLOUT_CONTROLLER,
+                    reason,
+                })
+            }
+            Ended::AnalysisRuns(ended) => {
+                self.analysis_runs = None;
+                let reason = match ended {
+                    Ok(Ok(())) => {
+                        // The supervisor returns only once the controller is stopping.
+                        if let Some(rollouts) = self.rollouts.take() {
+                            let _ = rollouts.await;
+                        }
+                        diagnostics.task_stopped(ROLLOUT_CONTROLLER);
+                        return Ok(());
+                    }
+                    Ok(Err(gave_up)) => {
+                        format!("{} ({} times in a row)", gave_up.reason, gave_up.failures)
+                    }
+                    Err(join) => join_failure(join),
+                };
+                diagnostics.task_down(ANALYSIS_RUN_CONTROLLER, &reason);
+                Err(Error::TaskFailed {
+                    task: ANALYSIS_RUN_CONTROLLER,
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Gives AnalysisRun reconciles in flight a grace period once the Rollout controller
+    /// stopped.
+    async fn finish_analysis_runs(&mut self) {
+        let Some(analysis_runs) = self.analysis_runs.as_mut() else {
+            return;
+        };
+        match tokio::time::timeout(ANALYSIS_RUN_SHUTDOWN_GRACE, analysis_runs).await {
+            Ok(Ok(Err(gave_up))) => {
+                tracing::error!(reason = %gave_up.reason, "the AnalysisRun controller did not run")
+            }
+            Ok(_) => {}
+            // kube's Controller stopped before its first list waits for its store forever.
+            Err(_) => {
+                tracing::warn!("the AnalysisRun controller did not stop in time; stopping it");
+                return;
+            }
+        }
+        self.analysis_runs = None;
+    }
+
+    /// Cancels what still runs and waits until it is gone: no reconcile goes on after this.
+    async fn abort(&mut self) {
+        if let Some(rollouts) = self.rollouts.take() {
+            rollouts.abort();
+            let _ = rollouts.await;
+        }
+        if let Some(analysis_runs) = self.analysis_runs.take() {
+            analysis_runs.abort();
+            let _ = analysis_runs.await;
+        }
+    }
+}
+
+/// How a task that did not return ended: its panic message, or cancelled.
+fn join_failure(join: JoinError) -> String {
+    match join.try_into_panic() {
+        Ok(payload) => format!("panicked: {}", panic_message(&*payload)),
+        Err(_) => "was cancelled".to_string(),
+    }
 }
 
 /// The Rollout `Controller`: Rollouts (managedFields dropped) trigger themselves; ReplicaSets
@@ -307,18 +536,45 @@ where
     }
 }
 
-/// Binds the health and metrics listeners (once when both flags name the same address).
+/// Binds the health and metrics listeners (once when both flags name the same address) and
+/// serves them, each under a supervisor that serves it again should it stop.
 async fn serve_endpoints(flags: &Flags, endpoints: Endpoints) -> Result<()> {
     let health = health::bind(flags.health_addr, "health-addr").await?;
     // The bound address, not the flag: with port 0 the kernel picks the port.
     let addr = health.local_addr().unwrap_or(flags.health_addr);
     tracing::info!(%addr, "serving /healthz and /readyz");
-    tokio::spawn(health::serve(health, endpoints.clone()));
-    if flags.metrics_addr != flags.health_addr {
+    let metrics = if flags.metrics_addr != flags.health_addr {
         let metrics = health::bind(flags.metrics_addr, "metrics-addr").await?;
         let addr = metrics.local_addr().unwrap_or(flags.metrics_addr);
         tracing::info!(%addr, "serving /metrics");
-        tokio::spawn(health::serve(metrics, endpoints));
+        Some(metrics)
+    } else {
+        None
+    };
+    let listeners = std::iter::once((HEALTH_SERVER, health))
+        .chain(metrics.map(|metrics| (METRICS_SERVER, metrics)));
+    for (task, listener) in listeners {
+        let listener = Arc::new(listener);
+        let endpoints = endpoints.clone();
+        tokio::spawn(async move {
+            let diagnostics = endpoints.diagnostics.clone();
+            // Restarting forever returns nothing; the process ending drops this task.
+            let _ = supervise(
+                task,
+                &diagnostics,
+                RestartPolicy::FOREVER,
+                || false,
+                || {
+                    let serving =
+                        health::serve(listener.clone(), endpoints.clone(), ServerLimits::DEFAULT);
+                    async move {
+                        serving.await;
+                        Ok(())
+                    }
+                },
+            )
+            .await;
+        });
     }
     Ok(())
 }
@@ -418,4 +674,75 @@ async fn watch_router_objects(
             rollout_controller.watches_with(api, resource, watcher::Config::default(), mapper);
     }
     rollout_controller
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("refused by the test", reason)
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn transient_startup_failures_are_retried() {
+        for code in [500, 502, 503, 504, 429, 408] {
+            assert!(
+                matches!(
+                    startup_failure(api_error(code, "InternalError"), "in all namespaces"),
+                    StartupFailure::Transient(_)
+                ),
+                "{code}"
+            );
+        }
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(matches!(
+            startup_failure(kube::Error::Service(Box::new(refused)), "in all namespaces"),
+            StartupFailure::Transient(_)
+        ));
+    }
+
+    #[test]
+    fn refused_access_names_the_request_and_a_missing_crd_stays_a_missing_crd() {
+        for code in [401, 403] {
+            let StartupFailure::Fatal(error) =
+                startup_failure(api_error(code, "Forbidden"), "in namespace shop")
+            else {
+                panic!("{code} is final");
+            };
+            let message = error.to_string();
+            assert!(
+                message.contains("refused list rollouts.argoproj.io in namespace shop"),
+                "{message}"
+            );
+            assert!(message.contains(&format!("{code} Forbidden")), "{message}");
+            assert!(message.contains("RBAC"), "{message}");
+        }
+        assert!(matches!(
+            startup_failure(api_error(404, "NotFound"), "in all namespaces"),
+            StartupFailure::Fatal(Error::CrdNotInstalled { .. })
+        ));
+        for code in [400, 501] {
+            let StartupFailure::Fatal(error) =
+                startup_failure(api_error(code, "BadRequest"), "in all namespaces")
+            else {
+                panic!("{code} is final");
+            };
+            assert!(matches!(error, Error::StartupList { .. }), "{error}");
+            assert!(!error.to_string().contains("RBAC"), "{error}");
+        }
+    }
+
+    #[test]
+    fn startup_retries_back_off_up_to_a_maximum() {
+        assert_eq!(startup_backoff(1), Duration::from_millis(500));
+        assert_eq!(startup_backoff(2), Duration::from_secs(1));
+        assert_eq!(startup_backoff(4), Duration::from_secs(4));
+        assert_eq!(startup_backoff(7), Duration::from_secs(30));
+        assert_eq!(startup_backoff(u32::MAX), Duration::from_secs(30));
+    }
 }

@@ -11,8 +11,6 @@
 //! errors, the options and the watch loop.
 
 mod arguments;
-pub mod bounds;
-pub mod budget;
 mod context;
 mod measure;
 mod metrics;
@@ -34,6 +32,8 @@ use kube::runtime::watcher;
 use rollouts_crds::analysis::AnalysisRun;
 
 use crate::cli::Flags;
+use crate::metrics::ReconcilePanics;
+use crate::supervise::{self, Panicked};
 
 pub use arguments::{SecretError, UnsupportedFieldRef, field_refs_resolved};
 pub use context::{AnalysisContext, SetupError};
@@ -97,6 +97,15 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+
+    #[error(
+        "reconcile of AnalysisRun {namespace}/{name} panicked: {message}; it is retried with backoff, other AnalysisRuns are not affected"
+    )]
+    Panicked {
+        namespace: String,
+        name: String,
+        message: String,
+    },
 }
 
 impl Error {
@@ -109,6 +118,7 @@ impl Error {
             Error::DeleteRun { .. } => "delete_analysis_run",
             Error::EncodeStatus { .. } => "encode_status",
             Error::PatchStatus { .. } => "patch_status",
+            Error::Panicked { .. } => "panic",
         }
     }
 }
@@ -140,11 +150,13 @@ impl Options {
 }
 
 /// Runs the AnalysisRun controller until `stop` completes (finishing reconciles in flight).
-/// Start it beside the Rollout controller, under the same leadership and shutdown signal.
+/// Start it beside the Rollout controller, under the same leadership and shutdown signal. A
+/// reconcile that panics is that run's error (counted in `panics`); the others go on.
 pub async fn run(
     client: Client,
     options: Options,
     metrics: AnalysisRunMetrics,
+    panics: ReconcilePanics,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), SetupError> {
     let runs: Api<AnalysisRun> = match &options.namespace {
@@ -168,7 +180,11 @@ pub async fn run(
     )
     .with_config(controller::Config::default().concurrency(options.concurrency))
     .graceful_shutdown_on(stop)
-    .run(reconcile, error_policy, context)
+    .run(
+        move |run, context| contained_reconcile(run, context, panics.clone()),
+        error_policy,
+        context,
+    )
     .for_each(|outcome| async move {
         match outcome {
             Ok(_) => {}
@@ -180,4 +196,24 @@ pub async fn run(
     })
     .await;
     Ok(())
+}
+
+/// [`reconcile`], with a panic inside turned into this run's [`Error::Panicked`].
+async fn contained_reconcile(
+    run: Arc<AnalysisRun>,
+    context: Arc<AnalysisContext>,
+    panics: ReconcilePanics,
+) -> Result<kube::runtime::controller::Action> {
+    use kube::ResourceExt;
+    let namespace = run.namespace().unwrap_or_default();
+    let name = run.name_any();
+    let reconcile = reconcile(run, context);
+    match supervise::contain("analysisrun", &namespace, &name, &panics, reconcile).await {
+        Ok(outcome) => outcome,
+        Err(Panicked { message }) => Err(Error::Panicked {
+            namespace,
+            name,
+            message,
+        }),
+    }
 }
