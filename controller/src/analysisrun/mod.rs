@@ -11,6 +11,8 @@
 //! errors, the options and the watch loop.
 
 mod arguments;
+pub mod bounds;
+pub mod budget;
 mod context;
 mod measure;
 mod metrics;
