@@ -11,6 +11,14 @@ use rollouts_crds::rollout::CONTROLLER_INSTANCE_ID_LABEL_KEY;
 /// Default name of the leader-election Lease.
 pub const DEFAULT_LEASE_NAME: &str = "rollouts-controller-lock";
 
+/// Default of `--analysis-max-response-bytes`: 10 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 10 * 1024 * 1024;
+/// Largest `--analysis-max-response-bytes`: 1 GiB.
+pub const MAX_RESPONSE_BYTES: u64 = 1024 * 1024 * 1024;
+/// Default of `--analysis-measurement-concurrency`.
+pub const DEFAULT_MEASUREMENT_CONCURRENCY: u16 =
+    crate::analysisrun::bounds::DEFAULT_MEASUREMENT_CONCURRENCY;
+
 /// A progressive delivery controller for Argo Rollouts' `Rollout` kind.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "rollouts-controller", version, about)]
@@ -63,6 +71,16 @@ pub struct Flags {
     /// Prometheus address analysis uses when an AnalysisTemplate leaves `address` empty.
     #[arg(long)]
     pub prometheus_address: Option<String>,
+
+    /// Bytes of an answer analysis reads at most from a provider (web, Prometheus, OAuth2
+    /// token); a larger answer is an Error measurement naming this limit.
+    #[arg(long, default_value_t = DEFAULT_MAX_RESPONSE_BYTES, value_parser = clap::value_parser!(u64).range(1024..=MAX_RESPONSE_BYTES))]
+    pub analysis_max_response_bytes: u64,
+
+    /// Measurements in flight at once, all AnalysisRuns together; one run takes at most a
+    /// quarter of them. AnalysisRuns are reconciled up to max(--concurrency, this) at a time.
+    #[arg(long, default_value_t = DEFAULT_MEASUREMENT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
+    pub analysis_measurement_concurrency: u16,
 
     /// Path of a kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long)]
@@ -180,6 +198,8 @@ mod tests {
         assert_eq!(flags.health_addr.to_string(), "0.0.0.0:8080");
         assert_eq!(flags.log_format, LogFormat::Text);
         assert_eq!(flags.prometheus_address, None);
+        assert_eq!(flags.analysis_max_response_bytes, 10 * 1024 * 1024);
+        assert_eq!(flags.analysis_measurement_concurrency, 32);
     }
 
     #[test]
@@ -210,6 +230,10 @@ mod tests {
             "http://prometheus:9090",
             "--kubeconfig",
             "kubeconfig.yaml",
+            "--analysis-max-response-bytes",
+            "2048",
+            "--analysis-measurement-concurrency",
+            "4",
         ])
         .expect("all flags are valid");
         assert_eq!(flags.namespace.as_deref(), Some("shop"));
@@ -228,6 +252,8 @@ mod tests {
             Some("http://prometheus:9090")
         );
         assert_eq!(flags.kubeconfig, Some(PathBuf::from("kubeconfig.yaml")));
+        assert_eq!(flags.analysis_max_response_bytes, 2048);
+        assert_eq!(flags.analysis_measurement_concurrency, 4);
     }
 
     #[test]
@@ -251,6 +277,19 @@ mod tests {
         assert!(error.to_string().contains("unknown unit"), "{error}");
         let error = parse(&["--log-format", "xml"]).expect_err("unknown format");
         assert!(error.to_string().contains("--log-format"), "{error}");
+        let error = parse(&["--analysis-max-response-bytes", "10"]).expect_err("too small");
+        assert!(
+            error.to_string().contains("--analysis-max-response-bytes"),
+            "{error}"
+        );
+        let error =
+            parse(&["--analysis-measurement-concurrency", "0"]).expect_err("no measurements");
+        assert!(
+            error
+                .to_string()
+                .contains("--analysis-measurement-concurrency"),
+            "{error}"
+        );
     }
 
     #[test]

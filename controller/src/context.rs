@@ -9,6 +9,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
+use crate::claims::Claims;
 use crate::health::Diagnostics;
 use crate::metrics::Metrics;
 use crate::owned_cache::OwnedCaches;
@@ -35,6 +36,8 @@ pub struct Context {
     /// The ReplicaSets and AnalysisRuns of every Rollout, from the watches that trigger
     /// reconciles.
     pub caches: Arc<OwnedCaches>,
+    /// Which Rollouts name which Services and router objects, from the Rollout watch.
+    pub claims: Arc<Claims>,
     /// Consecutive failed reconciles per `namespace/name`, reset on success.
     failures: Mutex<HashMap<String, u32>>,
     /// resourceVersion of the last status this controller wrote, per `namespace/name`, until a
@@ -61,9 +64,42 @@ impl Context {
             diagnostics,
             settings,
             caches,
+            claims: Arc::default(),
             failures: Mutex::new(HashMap::new()),
             status_written: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The claims index the Rollout watch feeds (an empty one otherwise).
+    #[must_use]
+    pub fn with_claims(mut self, claims: Arc<Claims>) -> Self {
+        self.claims = claims;
+        self
+    }
+
+    /// Drops what is kept per Rollout for `namespace/name` (backoff, status bookkeeping,
+    /// metric series) once it is gone.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
+        lock(&self.failures).remove(&key);
+        lock(&self.status_written).remove(&key);
+        self.metrics.forget_rollout(namespace, name);
+    }
+
+    /// [`Self::forget`] for the object of a `ObjectNotFound` reconcile outcome: the Rollout was
+    /// deleted (its delete event or a later requeue triggered it).
+    pub fn forget_object(
+        &self,
+        object: &kube::runtime::reflector::ObjectRef<kube::api::DynamicObject>,
+    ) {
+        let namespace = object.namespace.as_deref().unwrap_or_default();
+        tracing::debug!(%namespace, name = %object.name, "Rollout is gone; its bookkeeping and metric series are dropped");
+        self.forget(namespace, &object.name);
+    }
+
+    /// How many Rollouts have backoff or status bookkeeping kept, for tests of pruning.
+    pub fn bookkeeping_len(&self) -> usize {
+        lock(&self.failures).len() + lock(&self.status_written).len()
     }
 
     /// Remembers the resourceVersion our status write of `key` produced.
@@ -113,6 +149,12 @@ impl Context {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Whether a copy at `cached` includes the write that produced `ours`.
 pub fn caught_up(cached: Option<&str>, ours: &str) -> bool {
     match cached {
@@ -148,6 +190,37 @@ mod tests {
             !caught_up(Some("b"), "a"),
             "opaque versions must match exactly"
         );
+    }
+
+    #[tokio::test]
+    async fn forgetting_a_rollout_drops_its_backoff_bookkeeping_and_series_only() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URI"));
+        let client = Client::try_from(config).expect("a client");
+        let (store, _writer) = kube::runtime::reflector::store();
+        let metrics = Arc::new(Metrics::new(store));
+        let context = Context::new(
+            client,
+            metrics.clone(),
+            Arc::new(Diagnostics::new(crate::health::Leadership::Disabled)),
+            Settings::default(),
+            Arc::new(OwnedCaches::new()),
+        );
+        for name in ["gone", "kept"] {
+            let key = format!("shop/{name}");
+            context.record_failure(&key);
+            context.record_status_written(&key, "42");
+            metrics.observe_reconcile("shop", name, Duration::from_millis(1));
+        }
+        assert_eq!(context.bookkeeping_len(), 4);
+        context.forget("shop", "gone");
+        assert_eq!(context.bookkeeping_len(), 2);
+        assert!(
+            context.is_stale("shop/kept", Some("41")),
+            "the other is kept"
+        );
+        let text = metrics.render();
+        assert!(!text.contains(r#"name="gone""#), "{text}");
+        assert!(text.contains(r#"name="kept""#), "{text}");
     }
 
     #[test]

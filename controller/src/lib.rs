@@ -4,6 +4,7 @@
 
 pub mod act;
 pub mod analysisrun;
+pub mod claims;
 pub mod cli;
 pub mod context;
 pub mod error;

@@ -5,6 +5,8 @@
 //! prometheus-client writes OpenMetrics, where every counter sample ends in `_total`: Argo's
 //! `rollout_reconcile_error` is therefore scraped as `rollout_reconcile_error_total`.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -85,6 +87,13 @@ impl ReconcilePanics {
     }
 }
 
+/// The label sets one Rollout's error and event counters were created with.
+#[derive(Debug, Default)]
+struct RecordedSeries {
+    errors: HashSet<String>,
+    events: HashSet<EventKind>,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: String,
@@ -101,6 +110,9 @@ pub struct Metrics {
     reconcile: Family<RolloutLabels, Histogram, fn() -> Histogram>,
     reconcile_errors: Family<ReconcileErrorLabels, Counter>,
     events: Family<EventLabels, Counter>,
+    /// The error and event label sets each Rollout's series were created with, so that
+    /// [`Metrics::forget_rollout`] can remove them (a `Family` cannot be iterated).
+    recorded: Mutex<HashMap<RolloutLabels, RecordedSeries>>,
     /// The AnalysisRun controller's counters, registered here so `/metrics` serves them.
     pub analysis_runs: AnalysisRunMetrics,
     /// Panicked reconciles of both controllers.
@@ -148,8 +160,43 @@ impl Metrics {
             reconcile,
             reconcile_errors,
             events,
+            recorded: Mutex::default(),
             analysis_runs,
             reconcile_panics,
+        }
+    }
+
+    fn recorded(&self) -> std::sync::MutexGuard<'_, HashMap<RolloutLabels, RecordedSeries>> {
+        self.recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Removes every series of Rollout `namespace/name` (it was deleted): its reconcile
+    /// histogram, error counters and event counters. `rollout_info` and the replica gauges are
+    /// read from the watch cache, so they go with it.
+    pub fn forget_rollout(&self, namespace: &str, name: &str) {
+        let rollout = RolloutLabels {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        self.reconcile.remove(&rollout);
+        let Some(recorded) = self.recorded().remove(&rollout) else {
+            return;
+        };
+        for error in recorded.errors {
+            self.reconcile_errors.remove(&ReconcileErrorLabels {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                error,
+            });
+        }
+        for kind in recorded.events {
+            self.events.remove(&EventLabels {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                kind,
+            });
         }
     }
 
@@ -165,6 +212,14 @@ impl Metrics {
 
     /// Counts a failed reconcile of `namespace/name`, labelled with the error's kind.
     pub fn reconcile_failed(&self, namespace: &str, name: &str, error: &Error) {
+        self.recorded()
+            .entry(RolloutLabels {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
+            .or_default()
+            .errors
+            .insert(error.metric_label().to_string());
         self.reconcile_errors
             .get_or_create(&ReconcileErrorLabels {
                 namespace: namespace.to_string(),
@@ -176,14 +231,23 @@ impl Metrics {
 
     /// Counts an event published for `namespace/name` (`event_type` is Normal or Warning).
     pub fn event_published(&self, namespace: &str, name: &str, event_type: &str, reason: &str) {
+        let kind = EventKind {
+            r#type: event_type.to_string(),
+            reason: reason.to_string(),
+        };
+        self.recorded()
+            .entry(RolloutLabels {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
+            .or_default()
+            .events
+            .insert(kind.clone());
         self.events
             .get_or_create(&EventLabels {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
-                kind: EventKind {
-                    r#type: event_type.to_string(),
-                    reason: reason.to_string(),
-                },
+                kind,
             })
             .inc();
     }
@@ -447,6 +511,32 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    #[test]
+    fn forgetting_a_rollout_removes_all_its_series_and_no_other() {
+        let metrics = metrics_with(Vec::new());
+        for name in ["gone", "kept"] {
+            metrics.observe_reconcile("shop", name, Duration::from_millis(20));
+            metrics.reconcile_failed("shop", name, &Error::MissingObjectKey(name.into()));
+            metrics.event_published("shop", name, "Warning", "InvalidSpec");
+            metrics.event_published("shop", name, "Normal", "RolloutCompleted");
+        }
+        metrics.forget_rollout("shop", "gone");
+        let text = metrics.render();
+        assert!(!text.contains(r#"name="gone""#), "{text}");
+        for series in [
+            r#"rollout_reconcile_count{namespace="shop",name="kept"} 1"#,
+            r#"rollout_reconcile_error_total{namespace="shop",name="kept",error="missing_object_key"} 1"#,
+            r#"rollout_events_total{namespace="shop",name="kept",type="Warning",reason="InvalidSpec"} 1"#,
+            r#"rollout_events_total{namespace="shop",name="kept",type="Normal",reason="RolloutCompleted"} 1"#,
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        assert_eq!(metrics.recorded().len(), 1, "the index forgets it too");
+        // Forgetting twice, or a Rollout never seen, is harmless.
+        metrics.forget_rollout("shop", "gone");
+        metrics.forget_rollout("shop", "never");
     }
 
     #[test]

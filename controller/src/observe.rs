@@ -15,16 +15,17 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use rollouts_crds::analysis::{AnalysisRun, AnalysisTemplate, ClusterAnalysisTemplate};
 use rollouts_crds::rollout::{
-    DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, ROLLOUT_CANARY_STEP_INDEX_LABEL, ROLLOUT_TYPE_LABEL, Rollout,
-    RolloutAnalysisTemplate,
+    DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, MANAGED_BY_ROLLOUTS_KEY, ROLLOUT_CANARY_STEP_INDEX_LABEL,
+    ROLLOUT_TYPE_LABEL, Rollout, RolloutAnalysisTemplate,
 };
 use rollouts_traffic::TrafficRouter;
 
+use crate::claims::{Claims, SERVICE, claims_of};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::planner::{
     self, Observed, ObservedAnalysisRun, ObservedDeployment, ObservedPod, ObservedReplicaSet,
-    ObservedTemplates, TemplateKey,
+    ObservedTemplates, SharedObject, TemplateKey,
 };
 
 /// The Services the spec names that exist, as read during observe.
@@ -78,6 +79,7 @@ pub async fn observe(
             }
         }
     }
+    let shared_objects = shared_objects(rollout, &services, &ctx.claims);
     let (restart_pods, workload) =
         observe_restart_and_workload(rollout, &replica_sets, ctx).await?;
     let live_templates = observe_live_templates(rollout, &replica_sets, ctx).await?;
@@ -92,8 +94,41 @@ pub async fn observe(
         // Read by `templates` only when a plan creates a run.
         analysis_templates: None,
         live_templates,
+        shared_objects,
     };
     Ok((observed, services))
+}
+
+/// The objects the spec names that other Rollouts name too, from the claims index (no API
+/// call); a Service's `managed-by-rollouts` annotation from the copy just read.
+fn shared_objects(
+    rollout: &Rollout,
+    services: &LiveServices,
+    claims: &Claims,
+) -> Vec<SharedObject> {
+    let namespace = rollout.namespace().unwrap_or_default();
+    let name = rollout.name_any();
+    claims_of(rollout)
+        .into_iter()
+        .filter_map(|claim| {
+            let others = claims.others((&namespace, &name), &claim);
+            if others.is_empty() {
+                return None;
+            }
+            let managed_by = services
+                .get(&claim.name)
+                .filter(|_| claim.kind == SERVICE)
+                .and_then(|service| service.annotations().get(MANAGED_BY_ROLLOUTS_KEY).cloned());
+            Some(SharedObject {
+                field: claim.field.to_string(),
+                kind: claim.kind.to_string(),
+                namespace: claim.namespace,
+                name: claim.name,
+                managed_by,
+                others,
+            })
+        })
+        .collect()
 }
 
 /// The pods a pending `spec.restartAt` restart needs (listed by the ReplicaSet selector, kept

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
 use tracing_subscriber::EnvFilter;
 
+use crate::claims::{self, Claims};
 use crate::cli::{Flags, LogFormat};
 use crate::context::{Context, Settings};
 use crate::error::{Error, Result};
@@ -202,7 +203,8 @@ pub async fn run(flags: Flags) -> Result<()> {
     let selector = flags.rollout_label_selector();
     tracing::info!(scope = %scope, %selector, "watching Rollouts");
     let caches = Arc::new(OwnedCaches::new());
-    let rollout_controller = rollout_controller(&client, namespace, &selector, &caches)
+    let claims = Arc::new(Claims::default());
+    let rollout_controller = rollout_controller(&client, namespace, &selector, &caches, &claims)
         .with_config(controller::Config::default().concurrency(flags.concurrency));
     let rollout_controller = watch_router_objects(rollout_controller, &client, namespace).await;
 
@@ -266,16 +268,19 @@ pub async fn run(flags: Flags) -> Result<()> {
         tokio::spawn(async move { election.hold(acquired).await })
     });
 
-    let context = Arc::new(Context::new(
-        client,
-        metrics,
-        diagnostics.clone(),
-        Settings {
-            instance_id: flags.instance_id.clone(),
-            prometheus_address: flags.prometheus_address.clone(),
-        },
-        caches,
-    ));
+    let context = Arc::new(
+        Context::new(
+            client,
+            metrics,
+            diagnostics.clone(),
+            Settings {
+                instance_id: flags.instance_id.clone(),
+                prometheus_address: flags.prometheus_address.clone(),
+            },
+            caches,
+        )
+        .with_claims(claims),
+    );
     // A signal stops both controllers gracefully, finishing reconciles in flight.
     let stop = futures::FutureExt::shared(wait_for(shutdown.clone()));
     // AnalysisRuns have their own controller, under the same leadership and shutdown,
@@ -307,10 +312,17 @@ pub async fn run(flags: Flags) -> Result<()> {
         }
     });
     diagnostics.task_up(ROLLOUT_CONTROLLER);
+    let forget = context.clone();
     let rollouts = tokio::spawn(
         rollout_controller
             .graceful_shutdown_on(stop)
             .run(reconcile, error_policy, context)
+            .inspect(move |outcome| {
+                // A Rollout that is gone: its backoff, bookkeeping and metric series go too.
+                if let Err(controller::Error::ObjectNotFound(object)) = outcome {
+                    forget.forget_object(object);
+                }
+            })
             .for_each(|outcome| async move {
                 match outcome {
                     Ok(_) => {}
@@ -487,8 +499,10 @@ fn rollout_controller(
     namespace: Option<&str>,
     selector: &str,
     caches: &Arc<OwnedCaches>,
+    claims: &Arc<Claims>,
 ) -> Controller<Rollout> {
     let (rollout_store, rollout_writer) = reflector::store();
+    let (feed_claims, claims_changed) = claims::feeder(claims.clone());
     let rollouts = watcher(
         scoped_api::<Rollout>(client, namespace),
         watcher::Config::default().labels(selector),
@@ -496,6 +510,7 @@ fn rollout_controller(
     .default_backoff()
     .modify(|rollout| rollout.metadata.managed_fields = None)
     .reflect(rollout_writer)
+    .inspect_ok(feed_claims)
     .applied_objects();
     let replica_sets = watcher(
         scoped_api::<ReplicaSet>(client, namespace),
@@ -522,6 +537,8 @@ fn rollout_controller(
     Controller::for_stream(rollouts, rollout_store)
         .owns_stream(replica_sets)
         .owns_stream(analysis_runs)
+        // Rollouts sharing an object with one that changed or went, and the gone ones.
+        .reconcile_on(claims_changed)
 }
 
 /// An API for `K` in `namespace`, or in all namespaces.

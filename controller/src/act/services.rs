@@ -1,7 +1,9 @@
 //! Writes to the Services the spec names: each is pointed at a revision by merge-patching its
-//! selector, only when it selects another.
+//! selector and its `managed-by-rollouts` annotation, only when it selects another revision or
+//! the annotation names another Rollout.
 
 use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
 use rollouts_crds::rollout::{DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, MANAGED_BY_ROLLOUTS_KEY, Rollout};
 use serde_json::json;
 
@@ -10,7 +12,8 @@ use crate::error::{Error, Result};
 use crate::observe::{LiveServices, service_field};
 use crate::planner::ServiceSelector;
 
-/// Points a Service at a revision: merge-patches its selector only when it selects another.
+/// Points a Service at a revision: merge-patches its selector (and the annotation naming this
+/// Rollout) only when it selects another revision or the annotation names another Rollout.
 pub(super) async fn point(
     writer: &Writer<'_>,
     rollout: &Rollout,
@@ -31,7 +34,10 @@ pub(super) async fn point(
         .as_ref()
         .and_then(|spec| spec.selector.as_ref())
         .and_then(|labels| labels.get(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY));
-    if live == Some(&selector.pod_template_hash) {
+    // The annotation names the Rollout that drives the Service (Argo's rule, which the
+    // planner applies): written with the selector, and again should it name another Rollout.
+    let annotated = service.annotations().get(MANAGED_BY_ROLLOUTS_KEY) == Some(&target.name);
+    if live == Some(&selector.pod_template_hash) && annotated {
         return Ok(());
     }
     let patch = json!({

@@ -23,6 +23,39 @@ pub const MIN_REQUEUE: Duration = Duration::from_secs(1);
 /// A run is looked at again no later than this (its due times are then computed afresh).
 pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
 
+/// Measurements in flight at once, across all runs, when the controller is not told otherwise
+/// (`--analysis-measurement-concurrency`).
+pub const DEFAULT_MEASUREMENT_CONCURRENCY: u16 = 32;
+/// Time a measurement may take beyond its provider's [`MAX_TIMEOUT`] (an OAuth2 token and the
+/// query each have that timeout; the whole measurement is cut at the sum).
+pub const MEASUREMENT_GRACE: Duration = MAX_TIMEOUT;
+
+/// What the controller's flags allow every run together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// `--analysis-max-response-bytes`: bytes of a provider's answer read at most.
+    pub max_response_bytes: usize,
+    /// `--analysis-measurement-concurrency`: measurements in flight at once, all runs together.
+    pub measurement_concurrency: u16,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_response_bytes: rollouts_analysis::provider::DEFAULT_MAX_RESPONSE_BYTES,
+            measurement_concurrency: DEFAULT_MEASUREMENT_CONCURRENCY,
+        }
+    }
+}
+
+impl Limits {
+    /// Measurements one run may have in flight at once: a quarter of the budget (at least
+    /// one), so that a run with many slow metrics leaves room for the others.
+    pub fn per_run(&self) -> usize {
+        usize::from(self.measurement_concurrency / 4).max(1)
+    }
+}
+
 /// Checks the run's metrics (with their arguments substituted, secrets left as a placeholder)
 /// against the controller's bounds; the first value out of bounds, if any.
 pub fn check(spec: &AnalysisRunSpec) -> Result<(), FieldError> {
@@ -316,6 +349,17 @@ mod tests {
                 && message.contains("at most 100"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn one_run_takes_at_most_a_quarter_of_the_measurement_budget() {
+        let limits = |measurement_concurrency| Limits {
+            measurement_concurrency,
+            ..Limits::default()
+        };
+        assert_eq!(limits(32).per_run(), 8);
+        assert_eq!(limits(2).per_run(), 1);
+        assert_eq!(limits(1).per_run(), 1);
     }
 
     #[test]

@@ -2,13 +2,15 @@
 //! Prometheus provider per address) and the per-run bookkeeping of failures and status writes.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use rollouts_analysis::provider::{HttpClientError, JobProvider, PrometheusProvider, WebProvider};
+use tokio::sync::Semaphore;
 
 use super::AnalysisRunMetrics;
+use super::bounds::Limits;
 use crate::context::CONTROLLER_NAME;
 
 /// Why the AnalysisRun controller cannot start.
@@ -39,6 +41,9 @@ pub struct AnalysisContext {
     prometheus: Mutex<HashMap<String, PrometheusProvider>>,
     pub(super) web: WebProvider,
     pub(super) job: JobProvider,
+    /// Measurements in flight, all runs together (`--analysis-measurement-concurrency`).
+    pub(super) measurement_slots: Arc<Semaphore>,
+    pub(super) limits: Limits,
     /// Consecutive failed reconciles per `namespace/name`, reset on success.
     pub(super) failures: Mutex<HashMap<String, u32>>,
     /// resourceVersion of our last status write per `namespace/name`, until a reconcile has
@@ -73,9 +78,27 @@ impl AnalysisContext {
             prometheus_base,
             prometheus: Mutex::new(HashMap::new()),
             web,
+            measurement_slots: Arc::new(Semaphore::new(usize::from(
+                Limits::default().measurement_concurrency,
+            ))),
+            limits: Limits::default(),
             failures: Mutex::new(HashMap::new()),
             status_written: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The same context with the controller's limits: the size of providers' answers and the
+    /// measurements in flight at once.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.prometheus_base = self
+            .prometheus_base
+            .with_max_response_bytes(limits.max_response_bytes);
+        self.web = self.web.with_max_response_bytes(limits.max_response_bytes);
+        self.measurement_slots = Arc::new(Semaphore::new(usize::from(
+            limits.measurement_concurrency.max(1),
+        )));
+        self.limits = limits;
+        self
     }
 
     /// The provider for a Prometheus address (the flag's default when the metric sets none).

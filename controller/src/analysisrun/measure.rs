@@ -1,17 +1,19 @@
 //! Taking the measurements that are due: secrets read first, each metric measured by its one
 //! provider, provider failures turned into Error measurements, measurements counted.
 
+use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use rollouts_analysis::args;
 use rollouts_analysis::engine::{self, MeasurementTask, Outcome, Schedule, TakenMeasurement};
 use rollouts_analysis::provider::{
-    self, BaselineJudgeProvider, MetricProvider, Redactor, RunContext,
+    self, BaselineJudgeProvider, MAX_TIMEOUT, MetricProvider, Redactor, RunContext,
 };
 use rollouts_crds::analysis::{AnalysisRun, AnalysisRunSpec, AnalysisRunStatus, Metric};
 use serde_json::Value;
 
 use super::arguments::{SecretError, read_secrets};
+use super::bounds::MEASUREMENT_GRACE;
 use super::context::AnalysisContext;
 use super::{Result, budget};
 
@@ -54,13 +56,17 @@ pub(super) async fn measure(
         measurement_number: 1,
         now,
     };
-    let taken = futures::future::join_all(
-        schedule
-            .tasks
-            .iter()
-            .map(|task| take(ctx, context, task, &values, &redactor)),
-    )
-    .await;
+    // A run's measurements go at most `per_run` at a time, each holding one of the
+    // controller's measurement slots while its provider works.
+    let measurements: Vec<_> = schedule
+        .tasks
+        .iter()
+        .map(|task| Box::pin(take(ctx, context, task, &values, &redactor)))
+        .collect();
+    let taken: Vec<TakenMeasurement> = futures::stream::iter(measurements)
+        .buffered(ctx.limits.per_run())
+        .collect()
+        .await;
     let mut outcome = engine::conclude(spec, status, schedule, taken, now);
     redactor.outcome(&mut outcome);
     Ok(outcome)
@@ -123,7 +129,22 @@ async fn take_with(
     task: &MeasurementTask,
     metric: &Metric,
 ) -> TakenMeasurement {
-    let taken = provider::take(provider, run, task, metric).await;
+    // The semaphore is never closed; were it, measuring without a slot is still bounded.
+    let _slot = ctx.measurement_slots.acquire().await.ok();
+    let limit = MAX_TIMEOUT.saturating_add(MEASUREMENT_GRACE);
+    let taken = match tokio::time::timeout(limit, provider::take(provider, run, task, metric)).await
+    {
+        Ok(taken) => taken,
+        Err(_) => provider::provider_failed(
+            task,
+            format!(
+                "the {} provider gave no answer within {}s, the most a measurement may take: check that it is reachable and answers faster, or lower the metric's timeout",
+                provider.kind(),
+                limit.as_secs()
+            ),
+            run.now,
+        ),
+    };
     ctx.metrics
         .measured(provider.kind(), taken.measurement.phase.as_str());
     taken

@@ -138,6 +138,8 @@ pub struct Options {
     pub concurrency: u16,
     /// `--prometheus-address`: used by metrics that leave `address` empty.
     pub prometheus_address: Option<String>,
+    /// `--analysis-max-response-bytes` and `--analysis-measurement-concurrency`.
+    pub limits: bounds::Limits,
 }
 
 impl Options {
@@ -145,8 +147,17 @@ impl Options {
         Self {
             namespace: flags.namespace.clone(),
             label_selector: flags.rollout_label_selector(),
-            concurrency: flags.concurrency,
+            // A run waiting on a measurement slot holds a reconcile slot: never fewer of
+            // those than of measurement slots.
+            concurrency: flags
+                .concurrency
+                .max(flags.analysis_measurement_concurrency),
             prometheus_address: flags.prometheus_address.clone(),
+            limits: bounds::Limits {
+                max_response_bytes: usize::try_from(flags.analysis_max_response_bytes)
+                    .unwrap_or(usize::MAX),
+                measurement_concurrency: flags.analysis_measurement_concurrency,
+            },
         }
     }
 }
@@ -165,11 +176,10 @@ pub async fn run(
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),
     };
-    let context = Arc::new(AnalysisContext::new(
-        client,
-        options.prometheus_address.clone(),
-        metrics,
-    )?);
+    let context = Arc::new(
+        AnalysisContext::new(client, options.prometheus_address.clone(), metrics)?
+            .with_limits(options.limits),
+    );
     tracing::info!(
         namespace = options.namespace.as_deref().unwrap_or("(all)"),
         selector = %options.label_selector,

@@ -45,6 +45,10 @@ pub use workload_ref::{DeploymentScale, ObservedDeployment};
 /// again: templates are not watched.
 const MISSING_TEMPLATE_REQUEUE: Duration = Duration::from_secs(20);
 
+/// How soon a Rollout refused because another Rollout drives an object it names looks again,
+/// should the watch event that frees the object be missed.
+const CLAIM_RECHECK: Duration = Duration::from_secs(20);
+
 /// The planner's one entry point: resolves `spec.workloadRef` once, then plans the next move of
 /// `rollout` from what was `observed`, at `now` ([`coalesce`]: a completed step is followed at
 /// once, count-only status writes wait for the counts to settle). Returns the Rollout as
@@ -84,6 +88,11 @@ pub fn plan_once(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan
 /// what both share (the runs' specs, anti-affinity, run history, `restartAt`, the workloadRef
 /// Deployment's scale).
 fn plan_resolved(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan {
+    if let Some(error) = validation::claimed_elsewhere(rollout, observed) {
+        let mut invalid = status::invalid_spec(rollout, &error, now);
+        invalid.requeue_within(CLAIM_RECHECK);
+        return invalid;
+    }
     let mut plan = match rollout.spec.strategy.blue_green.as_ref() {
         Some(blue_green) => bluegreen::plan(rollout, blue_green, observed, now),
         None => canary::plan(rollout, observed, now),
@@ -175,6 +184,34 @@ pub struct Observed {
     /// the current revision, while the anti-affinity it was created with may name an old
     /// stable revision.
     pub live_templates: BTreeMap<String, serde_json::Value>,
+    /// The objects the spec names that other Rollouts name too (Services and router objects):
+    /// only the first of them may drive one ([`validation::claimed_elsewhere`]).
+    pub shared_objects: Vec<SharedObject>,
+}
+
+/// A Service or router object that this Rollout's spec and other Rollouts' specs all name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedObject {
+    /// The field of this Rollout's spec naming it.
+    pub field: String,
+    /// `Service`, `Ingress`, `VirtualService`, `DestinationRule` or `HTTPRoute`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// A Service's `argo-rollouts.argoproj.io/managed-by-rollouts` annotation: the Rollout that
+    /// last pointed it, as Argo writes it; `None` for router objects and unannotated Services.
+    pub managed_by: Option<String>,
+    /// The other Rollouts naming it.
+    pub others: Vec<Claimant>,
+}
+
+/// A Rollout naming a shared object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimant {
+    pub namespace: String,
+    pub name: String,
+    /// `metadata.creationTimestamp`.
+    pub created: Timestamp,
 }
 
 /// Which template a reference names: cluster-scoped or in the Rollout's namespace, and its name.
