@@ -1,0 +1,439 @@
+//! What one AnalysisRun may cost, and what it may reveal, with the real `rollouts-controller`
+//! binary against kube-sim started in-process and a Prometheus stand-in on 127.0.0.1:
+//! intervals of 0s or absurd lengths end their run in Error naming the metric, the field, the
+//! value and the fix, while a control run is still measured; an oversized web answer is an
+//! Error naming the cap; a `secretKeyRef` value appears nowhere the controller writes or says
+//! (status, events, log), in any encoding.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ListParams, PostParams};
+use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisRunStatus};
+use rollouts_e2e::fake_prometheus::FakePrometheus;
+use rollouts_e2e::sim::SimOptions;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::process::{Child, Command};
+
+use support::{NAMESPACE, Sim};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The cap the controller is started with (`--analysis-max-response-bytes`).
+const CAP: usize = 2048;
+
+struct Harness {
+    sim: Sim,
+    prometheus: FakePrometheus,
+    controller: Child,
+}
+
+impl Harness {
+    async fn start() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let sim = Sim::start_with(
+            "rollouts-analysisrun-limits",
+            &NEXT.fetch_add(1, Ordering::Relaxed).to_string(),
+            SimOptions {
+                crd_dirs: vec![support::workspace_root().join("crds/yaml")],
+                ..SimOptions::default()
+            },
+        );
+        let prometheus = FakePrometheus::start().await;
+        let log = std::fs::File::create(sim.dir.0.join("controller.log")).expect("creates the log");
+        let controller = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
+            .arg("--kubeconfig")
+            .arg(&sim.kubeconfig)
+            .args([
+                "--leader-elect=false",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+                "--log-level",
+                "debug",
+                "--prometheus-address",
+                &prometheus.address,
+                "--analysis-max-response-bytes",
+                &CAP.to_string(),
+            ])
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starts rollouts-controller");
+        Self {
+            sim,
+            prometheus,
+            controller,
+        }
+    }
+
+    fn runs(&self) -> Api<AnalysisRun> {
+        Api::namespaced(self.sim.client.clone(), NAMESPACE)
+    }
+
+    async fn create(&self, name: &str, metrics: Value, args: Value) {
+        let run: AnalysisRun = serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "AnalysisRun",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"metrics": metrics, "args": args},
+        }))
+        .expect("an AnalysisRun");
+        self.runs()
+            .create(&PostParams::default(), &run)
+            .await
+            .expect("creates the AnalysisRun");
+    }
+
+    async fn wait_completed(&self, name: &str) -> AnalysisRunStatus {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let status = self
+                .runs()
+                .get(name)
+                .await
+                .expect("reads the AnalysisRun")
+                .status
+                .unwrap_or_default();
+            if status.phase.is_completed() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {DEADLINE:?} waiting for {name} to complete; status: {status:#?}\ncontroller log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Notes of the run's events, once it has an `AnalysisRun<Phase>` one.
+    async fn wait_for_event_notes(&self, name: &str) -> Vec<String> {
+        let events: Api<Event> = Api::namespaced(self.sim.client.clone(), NAMESPACE);
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let found: Vec<Event> = events
+                .list(&ListParams::default())
+                .await
+                .expect("lists events")
+                .items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .collect();
+            if found.iter().any(|e| {
+                e.reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with("AnalysisRun"))
+            }) {
+                return found
+                    .into_iter()
+                    .map(|e| {
+                        format!(
+                            "{} {}",
+                            e.reason.unwrap_or_default(),
+                            e.note.unwrap_or_default()
+                        )
+                    })
+                    .collect();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no AnalysisRun event for {name}: {found:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.sim.dir.0.join("controller.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.controller.start_kill();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_intervals_end_in_error_while_a_control_run_is_measured() {
+    let h = Harness::start().await;
+    h.prometheus.values("control", &["1"]);
+    h.prometheus.values("spin", &["1"]);
+    // Web, measured every 0s: would spin the controller.
+    h.create(
+        "zero-interval",
+        json!([{
+            "name": "spin",
+            "interval": "0s",
+            "successCondition": "true",
+            "provider": {"web": {"url": format!("{}/api/v1/query?query=spin", h.prometheus.address)}},
+        }]),
+        json!([]),
+    )
+    .await;
+    // An interval no timer can hold (it used to panic the AnalysisRun controller).
+    h.create(
+        "absurd-interval",
+        json!([{
+            "name": "forever",
+            "interval": "100000000000000000000s",
+            "successCondition": "result[0] == 1",
+            "provider": {"prometheus": {"query": "control"}},
+        }]),
+        json!([]),
+    )
+    .await;
+    h.create(
+        "control",
+        json!([{
+            "name": "rate",
+            "interval": "1s",
+            "count": 2,
+            "successCondition": "result[0] == 1",
+            "provider": {"prometheus": {"query": "control"}},
+        }]),
+        json!([]),
+    )
+    .await;
+
+    let zero = h.wait_completed("zero-interval").await;
+    assert_eq!(zero.phase, AnalysisPhase::Error, "{zero:#?}");
+    assert!(
+        zero.message
+            .contains("spec.metrics[0].interval (metric \"spin\")")
+            && zero.message.contains("\"0s\" is below the minimum of 1s")
+            && zero.message.contains("set interval to 1s or more"),
+        "{}",
+        zero.message
+    );
+    assert!(zero.metric_results.is_empty(), "measured: {zero:#?}");
+
+    let absurd = h.wait_completed("absurd-interval").await;
+    assert_eq!(absurd.phase, AnalysisPhase::Error, "{absurd:#?}");
+    assert!(
+        absurd
+            .message
+            .contains("spec.metrics[0].interval (metric \"forever\")")
+            && absurd.message.contains("100000000000000000000s")
+            && absurd.message.contains("8760h"),
+        "{}",
+        absurd.message
+    );
+
+    let control = h.wait_completed("control").await;
+    assert_eq!(control.phase, AnalysisPhase::Successful, "{control:#?}");
+    assert_eq!(control.metric_results[0].count, 2, "{control:#?}");
+    assert!(
+        h.prometheus.queries("spin").is_empty(),
+        "the 0s metric was measured"
+    );
+    assert!(
+        !h.log().contains("panicked"),
+        "controller log:\n{}",
+        h.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_web_answer_is_an_error_naming_the_cap() {
+    let h = Harness::start().await;
+    let huge = "9".repeat(CAP * 2);
+    h.prometheus.values("huge", &[&huge]);
+    h.create(
+        "oversized",
+        json!([{
+            "name": "web",
+            "consecutiveErrorLimit": 0,
+            "successCondition": "true",
+            "provider": {"web": {"url": format!("{}/api/v1/query?query=huge", h.prometheus.address)}},
+        }]),
+        json!([]),
+    )
+    .await;
+    let status = h.wait_completed("oversized").await;
+    assert_eq!(status.phase, AnalysisPhase::Error, "{status:#?}");
+    let message = &status.metric_results[0].measurements[0].message;
+    assert!(
+        message.contains(&format!("limit of {CAP} bytes"))
+            && message.contains("--analysis-max-response-bytes"),
+        "{message}"
+    );
+}
+
+/// Every text a secret could hide in: as written, percent-encoded (both cases, `+` for a
+/// space), JSON-escaped, and base64-encoded.
+fn secret_shapes(secret: &str) -> Vec<String> {
+    let mut upper = String::new();
+    let mut form = String::new();
+    for byte in secret.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            upper.push(char::from(byte));
+            form.push(char::from(byte));
+        } else if byte == b' ' {
+            upper.push_str("%20");
+            form.push('+');
+        } else {
+            upper.push_str(&format!("%{byte:02X}"));
+            form.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    let json = serde_json::Value::String(secret.into()).to_string();
+    vec![
+        secret.to_string(),
+        upper.clone(),
+        upper.to_lowercase(),
+        form,
+        json.trim_matches('"').to_string(),
+        base64(secret.as_bytes()),
+    ]
+}
+
+fn base64(input: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in input.chunks(3) {
+        let bytes = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(bytes[0]) << 16) | (u32::from(bytes[1]) << 8) | u32::from(bytes[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_values_appear_in_no_status_event_or_log() {
+    let h = Harness::start().await;
+    let secret = "t0k3n/with+odd=chars&a space\"quoted\"";
+    let secrets: Api<Secret> = Api::namespaced(h.sim.client.clone(), NAMESPACE);
+    secrets
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: ObjectMeta {
+                    name: Some("api".into()),
+                    ..ObjectMeta::default()
+                },
+                data: Some(BTreeMap::from([(
+                    "token".to_string(),
+                    ByteString(secret.as_bytes().to_vec()),
+                )])),
+                ..Secret::default()
+            },
+        )
+        .await
+        .expect("creates the Secret");
+    // A web endpoint that echoes the secret back as the measured value.
+    h.prometheus.values("echo", &[secret]);
+    // A port nothing listens on: bind one, then close it.
+    let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let closed_address = format!("http://{}", closed.local_addr().expect("address"));
+    drop(closed);
+    h.create(
+        "secretive",
+        json!([
+            {
+                // The secret comes back in the answer: the measured value.
+                "name": "echo",
+                "successCondition": "result == 'something else'",
+                "provider": {"web": {
+                    "url": format!("{}/api/v1/query?query=echo&token={{{{args.token}}}}", h.prometheus.address),
+                    "jsonPath": "{$.data.result[0].value[1]}",
+                    "headers": [{"key": "X-Token", "value": "{{args.token}}"}],
+                    "authentication": {"basic": {"username": "u", "password": "{{args.token}}"}},
+                }},
+            },
+            {
+                // The secret is in the query: the resolved query kept in the metric result,
+                // and the error text of a query Prometheus refuses.
+                "name": "query",
+                "consecutiveErrorLimit": 0,
+                "successCondition": "result[0] == 1",
+                "provider": {"prometheus": {"query": "rate{token=\"{{args.token}}\"}"}},
+            },
+            {
+                // The secret is in the URL of a request that fails.
+                "name": "unreachable",
+                "consecutiveErrorLimit": 0,
+                "successCondition": "true",
+                "provider": {"web": {"url": format!("{closed_address}/check?token={{{{args.token}}}}")}},
+            },
+        ]),
+        json!([{"name": "token", "valueFrom": {"secretKeyRef": {"name": "api", "key": "token"}}}]),
+    )
+    .await;
+    let status = h.wait_completed("secretive").await;
+    let notes = h.wait_for_event_notes("secretive").await;
+    let written = serde_json::to_string(&status).expect("encodes");
+    let run = h.runs().get("secretive").await.expect("reads the run");
+    let metadata = serde_json::to_string(&run.metadata).expect("encodes");
+
+    // The measurements did take place, with the secret.
+    let echo = status
+        .metric_results
+        .iter()
+        .find(|r| r.name == "echo")
+        .unwrap_or_else(|| panic!("echo was measured: {status:#?}"));
+    assert_eq!(
+        echo.measurements[0].phase,
+        AnalysisPhase::Failed,
+        "{echo:#?}"
+    );
+    assert!(
+        echo.measurements[0].value.contains("*****"),
+        "{:#?}",
+        echo.measurements[0]
+    );
+    // Substituted as written (as Argo does), so the URL's parser splits it at `&`.
+    let echoed = h.prometheus.queries("echo");
+    assert!(
+        echoed
+            .first()
+            .and_then(|r| r.params.get("token"))
+            .is_some_and(|t| t.starts_with("t0k3n/with")),
+        "the request carried the secret: {echoed:?}"
+    );
+    let query = status
+        .metric_results
+        .iter()
+        .find(|r| r.name == "query")
+        .unwrap_or_else(|| panic!("query was measured: {status:#?}"));
+    assert!(
+        query
+            .metadata
+            .get("ResolvedPrometheusQuery")
+            .is_some_and(|q| q.starts_with("rate{token=\"") && q.contains("*****")),
+        "{query:#?}"
+    );
+
+    let log = h.log();
+    for shape in secret_shapes(secret) {
+        for (surface, text) in [("status", &written), ("metadata", &metadata), ("log", &log)] {
+            assert!(!text.contains(&shape), "{surface} holds {shape:?}:\n{text}");
+        }
+        for note in &notes {
+            assert!(!note.contains(&shape), "an event holds {shape:?}: {note}");
+        }
+    }
+}
