@@ -1,5 +1,6 @@
-//! What every AnalysisRun reconcile shares: the client, the event recorder, the providers (one
-//! Prometheus provider per address) and the per-run bookkeeping of failures and status writes.
+//! What every AnalysisRun reconcile shares: the client, the event recorder, the providers and
+//! the per-run bookkeeping of failures and status writes (dropped when the run finishes or is
+//! gone, see [`AnalysisContext::forget`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,10 +36,9 @@ pub struct AnalysisContext {
     pub(super) metrics: AnalysisRunMetrics,
     default_prometheus_address: Option<String>,
     /// The provider every per-address one is cloned from: clones share its HTTP clients and
-    /// its coalescing of identical queries.
+    /// its coalescing of identical queries, so a clone per measurement costs nothing and no
+    /// map of addresses (which runs could grow without end) is kept.
     prometheus_base: PrometheusProvider,
-    /// One provider per Prometheus address, reused by every run that queries it.
-    prometheus: Mutex<HashMap<String, PrometheusProvider>>,
     pub(super) web: WebProvider,
     pub(super) job: JobProvider,
     /// Measurements in flight, all runs together (`--analysis-measurement-concurrency`).
@@ -76,7 +76,6 @@ impl AnalysisContext {
             metrics,
             default_prometheus_address: default_prometheus_address.filter(|a| !a.is_empty()),
             prometheus_base,
-            prometheus: Mutex::new(HashMap::new()),
             web,
             measurement_slots: Arc::new(Semaphore::new(usize::from(
                 Limits::default().measurement_concurrency,
@@ -108,17 +107,45 @@ impl AnalysisContext {
             .or(self.default_prometheus_address.as_deref())
             .unwrap_or_default()
             .to_string();
-        lock(&self.prometheus)
-            .entry(address.clone())
-            .or_insert_with(|| {
-                let provider = self.prometheus_base.clone();
-                if address.is_empty() {
-                    // Queries then end as Error measurements naming provider.prometheus.address.
-                    provider
-                } else {
-                    provider.with_default_address(address)
-                }
-            })
-            .clone()
+        let provider = self.prometheus_base.clone();
+        if address.is_empty() {
+            // Queries then end as Error measurements naming provider.prometheus.address.
+            provider
+        } else {
+            provider.with_default_address(address)
+        }
+    }
+
+    /// Drops the bookkeeping of run `key` (`namespace/name`): it finished (never written again)
+    /// or is gone.
+    pub fn forget(&self, key: &str) {
+        lock(&self.failures).remove(key);
+        lock(&self.status_written).remove(key);
+    }
+
+    /// How many runs have backoff or status bookkeeping kept, for tests of pruning.
+    pub fn bookkeeping_len(&self) -> usize {
+        lock(&self.failures).len() + lock(&self.status_written).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_forgotten_run_keeps_no_bookkeeping_and_the_others_keep_theirs() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URI"));
+        let client = Client::try_from(config).expect("a client");
+        let context =
+            AnalysisContext::new(client, None, AnalysisRunMetrics::default()).expect("builds");
+        for key in ["shop/gone", "shop/kept"] {
+            lock(&context.failures).insert(key.to_string(), 3);
+            lock(&context.status_written).insert(key.to_string(), "7".to_string());
+        }
+        context.forget("shop/gone");
+        assert_eq!(context.bookkeeping_len(), 2);
+        assert!(lock(&context.failures).contains_key("shop/kept"));
+        assert!(lock(&context.status_written).contains_key("shop/kept"));
     }
 }

@@ -186,6 +186,7 @@ pub async fn run(
         prometheus_address = options.prometheus_address.as_deref().unwrap_or("(none)"),
         "watching AnalysisRuns"
     );
+    let forget = context.clone();
     Controller::new(
         runs,
         watcher::Config::default().labels(&options.label_selector),
@@ -197,6 +198,13 @@ pub async fn run(
         error_policy,
         context,
     )
+    .inspect(move |outcome| {
+        // A run that is gone (a requeue or trigger found no object): drop its bookkeeping.
+        if let Err(controller::Error::ObjectNotFound(object)) = outcome {
+            let namespace = object.namespace.as_deref().unwrap_or_default();
+            forget.forget(&reconcile::object_key(namespace, &object.name));
+        }
+    })
     .for_each(|outcome| async move {
         match outcome {
             Ok(_) => {}

@@ -39,6 +39,8 @@ pub async fn reconcile(run: Arc<AnalysisRun>, ctx: Arc<AnalysisContext>) -> Resu
         .as_ref()
         .is_some_and(|status| status.phase.is_completed())
     {
+        // Its last status write is behind it: nothing is to be checked against it any more.
+        lock(&ctx.status_written).remove(&object_key(&namespace, &name));
         return collect_expired(&run, &namespace, &ctx).await;
     }
     let key = object_key(&namespace, &name);
