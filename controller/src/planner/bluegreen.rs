@@ -21,6 +21,7 @@ use rollouts_crds::rollout::{
 use super::analysis_runs::{pending_pointer, record_run_phase};
 use super::hash::pod_template_hash_of_value;
 use super::pause::{PauseDecisions, pause_expiry};
+use super::replicas::sum_counts;
 use super::revisions::{self, has_scale_down_annotation, scale_down_deadline};
 use super::status::{
     Outbox, Progress, deadline_of, generation_string, invalid_spec, is_healthy_blue_green,
@@ -218,7 +219,7 @@ impl<'a> BlueGreen<'a> {
         self.promote_or_check_point(&mut next);
         self.counts_into(&mut next);
         if self.name_collision {
-            next.collision_count = Some(self.base.collision_count.unwrap_or(0) + 1);
+            next.collision_count = Some(self.base.collision_count.unwrap_or(0).saturating_add(1));
         }
         self.progress_deadline_abort(&next);
         self.pause.apply(&self.base, self.now, &mut next);
@@ -317,7 +318,10 @@ impl<'a> BlueGreen<'a> {
             .filter_map(ObservedReplicaSet::revision)
             .max()
             .unwrap_or_default();
-        new_rs.revision().unwrap_or_default().max(newest_other + 1)
+        new_rs
+            .revision()
+            .unwrap_or_default()
+            .max(newest_other.saturating_add(1))
     }
 
     fn revise_replica_set(&self) -> Option<ReplicaSetRevision> {
@@ -799,7 +803,8 @@ impl<'a> BlueGreen<'a> {
                 self.pause.add.push(PAUSE_REASON_BLUE_GREEN_PAUSE);
                 if self.auto_promotion_seconds() > 0 {
                     let seconds = u64::try_from(self.auto_promotion_seconds()).unwrap_or(0);
-                    self.out.requeue_in(Duration::from_secs(seconds + 1));
+                    self.out
+                        .requeue_in(Duration::from_secs(seconds.saturating_add(1)));
                 }
             }
             None => {}
@@ -927,7 +932,7 @@ impl<'a> BlueGreen<'a> {
     /// revision's (old pods kept for the scale-down delay serve no one).
     fn counts_into(&self, next: &mut RolloutStatus) {
         let all = &self.observed.replica_sets;
-        next.replicas = all.iter().map(|rs| rs.current_replicas).sum();
+        next.replicas = sum_counts(all.iter().map(|rs| rs.current_replicas));
         next.updated_replicas = self.new_rs.map_or(0, |rs| rs.current_replicas);
         let active = all.iter().find(|rs| {
             !next.blue_green.active_selector.is_empty()
@@ -941,8 +946,8 @@ impl<'a> BlueGreen<'a> {
             }
             None => {
                 next.hpa_replicas = next.replicas;
-                next.ready_replicas = all.iter().map(|rs| rs.ready_replicas).sum();
-                next.available_replicas = all.iter().map(|rs| rs.available_replicas).sum();
+                next.ready_replicas = sum_counts(all.iter().map(|rs| rs.ready_replicas));
+                next.available_replicas = sum_counts(all.iter().map(|rs| rs.available_replicas));
             }
         }
         // The scale subresource selects the active revision's pods only, as Argo's does.

@@ -19,7 +19,7 @@ use super::hash::pod_template_hash_of_value;
 use super::pause::{PauseDecisions, pause_expiry};
 use super::replicas::{
     BasicCanaryInputs, CanaryStableCounts, Fenceposts, MAX_WEIGHT, ReplicaSetCount, actual_weight,
-    calculate_replica_counts_for_canary,
+    calculate_replica_counts_for_canary, sum_counts,
 };
 use super::revisions;
 use super::status::{
@@ -103,7 +103,7 @@ impl<'a> Planner<'a> {
             fenceposts: valid.fenceposts,
             pause_durations: valid.pause_durations,
             spec_replicas: rollout.spec.effective_replicas(),
-            step_count: canary.steps().len() as i32,
+            step_count: i32::try_from(canary.steps().len()).unwrap_or(i32::MAX),
             current_hash,
             base: previous,
             new_rs,
@@ -135,7 +135,7 @@ impl<'a> Planner<'a> {
         self.advance_steps(&mut next, counts);
         self.counts_into(&mut next);
         if self.name_collision {
-            next.collision_count = Some(self.base.collision_count.unwrap_or(0) + 1);
+            next.collision_count = Some(self.base.collision_count.unwrap_or(0).saturating_add(1));
         }
         self.progress_deadline_abort(&next);
         self.apply_pause_decisions(&mut next);
@@ -220,6 +220,13 @@ impl<'a> Planner<'a> {
 
     fn step_index(&self) -> i32 {
         self.base.current_step_index.unwrap_or(0)
+    }
+
+    /// The length of the pause at step `index` (`None`: until promoted, or no such step).
+    fn pause_duration(&self, index: i32) -> Option<Duration> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|index| self.pause_durations.get(index).copied().flatten())
     }
 
     fn current_step(&self) -> Option<&'a CanaryStep> {
@@ -388,10 +395,10 @@ impl<'a> Planner<'a> {
         if index >= self.step_count {
             return MAX_WEIGHT;
         }
-        steps[..=index.max(0) as usize]
-            .iter()
-            .rev()
-            .find_map(|step| step.set_weight)
+        let through = usize::try_from(index).unwrap_or(0);
+        steps
+            .get(..=through)
+            .and_then(|steps| steps.iter().rev().find_map(|step| step.set_weight))
             .unwrap_or(0)
     }
 
@@ -414,7 +421,7 @@ impl<'a> Planner<'a> {
             fenceposts: self.fenceposts,
             canary: Some(self.new_rs.map(count).unwrap_or_default()),
             stable: self.distinct_stable().map(count),
-            older_replicas: self.others.iter().map(|rs| rs.replicas).sum(),
+            older_replicas: sum_counts(self.others.iter().map(|rs| rs.replicas)),
         })
     }
 
@@ -475,14 +482,16 @@ impl<'a> Planner<'a> {
     /// One with a `scale-down-deadline` still ahead is kept until then. With a router, the
     /// previous stable is first given a deadline (`scaleDownDelaySeconds`) after a promotion.
     fn scale_down_others(&mut self, plan: &mut Plan) {
-        let available: i32 = self
-            .observed
-            .replica_sets
-            .iter()
-            .map(|rs| rs.available_replicas)
-            .sum();
-        let min_available = self.spec_replicas - self.fenceposts.max_unavailable;
-        let mut budget = available - min_available;
+        let available = sum_counts(
+            self.observed
+                .replica_sets
+                .iter()
+                .map(|rs| rs.available_replicas),
+        );
+        let min_available = self
+            .spec_replicas
+            .saturating_sub(self.fenceposts.max_unavailable);
+        let mut budget = available.saturating_sub(min_available);
         let mut others = self.others.clone();
         others.sort_by_key(|rs| std::cmp::Reverse((rs.revision().unwrap_or_default(), rs.created)));
         for rs in others {
@@ -514,13 +523,18 @@ impl<'a> Planner<'a> {
                 self.out.requeue_at(self.now, deadline);
                 continue;
             }
-            let unavailable = (rs.replicas - rs.available_replicas).max(0);
-            let removable = unavailable + budget.max(0);
-            let target = (rs.replicas - removable).max(0);
+            let unavailable = rs.replicas.saturating_sub(rs.available_replicas).max(0);
+            let removable = unavailable.saturating_add(budget.max(0));
+            let target = rs.replicas.saturating_sub(removable).max(0);
             if target == rs.replicas {
                 continue;
             }
-            budget -= (rs.replicas - target - unavailable).max(0);
+            let removed = rs
+                .replicas
+                .saturating_sub(target)
+                .saturating_sub(unavailable)
+                .max(0);
+            budget = budget.saturating_sub(removed);
             self.scale(plan, rs, target);
         }
     }
@@ -543,7 +557,7 @@ impl<'a> Planner<'a> {
         if self.current_step().is_none_or(|step| step.pause.is_none()) {
             return;
         }
-        let duration = self.pause_durations[index as usize];
+        let duration = self.pause_duration(index);
         match self.pause_condition(PAUSE_REASON_CANARY_PAUSE_STEP) {
             None if !self.base.controller_pause => {
                 self.pause.add.push(PAUSE_REASON_CANARY_PAUSE_STEP);
@@ -592,12 +606,12 @@ impl<'a> Planner<'a> {
         if self.completed_current_step(counts) {
             let index = self.step_index();
             let step = self.current_step().map(step_summary).unwrap_or_default();
-            next.current_step_index = Some(index + 1);
+            next.current_step_index = Some(index.saturating_add(1));
             next.canary.current_step_analysis_run_status = None;
             self.pause.remove.push(PAUSE_REASON_CANARY_PAUSE_STEP);
             let message = format!(
                 "Rollout step {}/{} completed ({step})",
-                index + 1,
+                index.saturating_add(1),
                 self.step_count
             );
             self.out
@@ -667,7 +681,7 @@ impl<'a> Planner<'a> {
             if self.resumed_by_person() {
                 return true;
             }
-            let duration = self.pause_durations[self.step_index() as usize];
+            let duration = self.pause_duration(self.step_index());
             let condition = self.pause_condition(PAUSE_REASON_CANARY_PAUSE_STEP);
             return match (duration, condition) {
                 (Some(duration), Some(condition)) => {
@@ -705,10 +719,10 @@ impl<'a> Planner<'a> {
 
     fn counts_into(&self, next: &mut RolloutStatus) {
         let all = &self.observed.replica_sets;
-        next.replicas = all.iter().map(|rs| rs.current_replicas).sum();
+        next.replicas = sum_counts(all.iter().map(|rs| rs.current_replicas));
         next.updated_replicas = self.new_rs.map_or(0, |rs| rs.current_replicas);
-        next.ready_replicas = all.iter().map(|rs| rs.ready_replicas).sum();
-        next.available_replicas = all.iter().map(|rs| rs.available_replicas).sum();
+        next.ready_replicas = sum_counts(all.iter().map(|rs| rs.ready_replicas));
+        next.available_replicas = sum_counts(all.iter().map(|rs| rs.available_replicas));
         next.hpa_replicas = next.replicas;
         next.selector = self
             .rollout
@@ -856,12 +870,12 @@ impl<'a> Planner<'a> {
 
     fn canary_weight(&self) -> CanaryWeight {
         let canary_available = self.new_rs.map_or(0, |rs| rs.available_replicas);
-        let total_available = self
-            .observed
-            .replica_sets
-            .iter()
-            .map(|rs| rs.available_replicas)
-            .sum();
+        let total_available = sum_counts(
+            self.observed
+                .replica_sets
+                .iter()
+                .map(|rs| rs.available_replicas),
+        );
         CanaryWeight {
             desired: self.desired_weight(),
             actual: actual_weight(canary_available, total_available),

@@ -3,6 +3,10 @@
 //!
 //! Plain integers in, plain integers out. The numbers follow Argo Rollouts' controller
 //! (`utils/replicaset/canary.go`), so a Rollout moved from Argo scales the same way.
+//!
+//! Spec values reach here within `rollouts_crds::validation`'s bounds, but observed counts
+//! (a ReplicaSet scaled by hand to 2^31-1) do not: every sum and difference saturates and
+//! every narrowing clamps, so no input panics or wraps.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rollouts_crds::FieldError;
@@ -58,7 +62,9 @@ pub fn resolve_int_or_percent(
                 .strip_suffix('%')
                 .and_then(|digits| digits.trim().parse().ok())
                 .ok_or_else(not_a_count)?;
-            let scaled = percent * i64::from(total);
+            let scaled = percent
+                .checked_mul(i64::from(total))
+                .ok_or_else(not_a_count)?;
             let resolved = if round_up {
                 ceil_div(scaled, 100)
             } else {
@@ -123,8 +129,8 @@ pub fn approximate_weighted_canary_stable_replica_counts(
         };
     }
     let weighted = i64::from(spec_replicas) * i64::from(desired_weight);
-    let ceil_canary = ceil_div(weighted, i64::from(max_weight)) as i32;
-    let floor_canary = weighted.div_euclid(i64::from(max_weight)) as i32;
+    let ceil_canary = clamp_i32(ceil_div(weighted, i64::from(max_weight)));
+    let floor_canary = clamp_i32(weighted.div_euclid(i64::from(max_weight)));
     let zero_allowed = desired_weight == max_weight
         || desired_weight == 0
         || (spec_replicas == 1 && max_surge == 0);
@@ -139,9 +145,10 @@ pub fn approximate_weighted_canary_stable_replica_counts(
         options.push((floor_canary, spec_replicas));
     }
     if max_surge > 0 {
-        options.push((ceil_canary, spec_replicas + 1));
-        if !floor_ceiling_tied(desired_weight, max_weight, spec_replicas + 1) && floor_usable {
-            options.push((floor_canary, spec_replicas + 1));
+        let surged = spec_replicas.saturating_add(1);
+        options.push((ceil_canary, surged));
+        if !floor_ceiling_tied(desired_weight, max_weight, surged) && floor_usable {
+            options.push((floor_canary, surged));
         }
     }
 
@@ -155,7 +162,7 @@ pub fn approximate_weighted_canary_stable_replica_counts(
     match best {
         Some(((canary, total), _)) => CanaryStableCounts {
             canary,
-            stable: total - canary,
+            stable: total.saturating_sub(canary),
         },
         None => CanaryStableCounts {
             canary: 0,
@@ -167,9 +174,10 @@ pub fn approximate_weighted_canary_stable_replica_counts(
 /// True when `total * weight / max_weight` sits exactly halfway between two integers, so
 /// rounding down and up are equally close (3 pods at 50%: 1 or 2).
 fn floor_ceiling_tied(desired_weight: i32, max_weight: i32, total: i32) -> bool {
-    let twice = 2 * i64::from(total) * i64::from(desired_weight);
-    let modulus = 2 * i64::from(max_weight);
-    twice.rem_euclid(modulus) == i64::from(max_weight)
+    // In i128: two i32 extremes and the factor 2 overflow an i64.
+    let twice = 2 * i128::from(total) * i128::from(desired_weight);
+    let modulus = 2 * i128::from(max_weight);
+    modulus > 0 && twice.rem_euclid(modulus) == i128::from(max_weight)
 }
 
 /// How far `canary` of `total` pods is from the desired weight. Computed in f64 exactly as
@@ -228,29 +236,30 @@ pub fn calculate_replica_counts_for_canary(inputs: BasicCanaryInputs) -> CanaryS
         }
     }
 
-    let max_total = spec_replicas + fenceposts.max_surge;
-    let current_total =
-        older_replicas + canary.map_or(0, |rs| rs.replicas) + stable.map_or(0, |rs| rs.replicas);
-    let mut scale_up = max_total - current_total;
+    let max_total = spec_replicas.saturating_add(fenceposts.max_surge);
+    let current_total = older_replicas
+        .saturating_add(canary.map_or(0, |rs| rs.replicas))
+        .saturating_add(stable.map_or(0, |rs| rs.replicas));
+    let mut scale_up = max_total.saturating_sub(current_total);
 
     // The stable side is topped up first: it is what serves traffic if the canary goes wrong.
     if let Some(rs) = stable
         && rs.replicas < desired_stable
         && scale_up > 0
     {
-        if rs.replicas + scale_up < desired_stable {
-            stable_count = rs.replicas + scale_up;
+        if rs.replicas.saturating_add(scale_up) < desired_stable {
+            stable_count = rs.replicas.saturating_add(scale_up);
             scale_up = 0;
         } else {
             stable_count = desired_stable;
-            scale_up -= desired_stable - rs.replicas;
+            scale_up = scale_up.saturating_sub(desired_stable.saturating_sub(rs.replicas));
         }
     }
     if let Some(rs) = canary
         && rs.replicas < desired_canary
         && scale_up > 0
     {
-        canary_count = (rs.replicas + scale_up).min(desired_canary);
+        canary_count = rs.replicas.saturating_add(scale_up).min(desired_canary);
     }
 
     if older_replicas > 0 {
@@ -260,19 +269,19 @@ pub fn calculate_replica_counts_for_canary(inputs: BasicCanaryInputs) -> CanaryS
         };
     }
 
-    let min_available = spec_replicas - fenceposts.max_unavailable;
+    let min_available = spec_replicas.saturating_sub(fenceposts.max_unavailable);
     // Going up, the stable's pods may be counted as they are (not available ones); going
     // down (abort, lower weight), the canary's may.
     let increasing = canary.is_none_or(|rs| desired_canary >= rs.replicas);
-    let removable =
-        replicas_for_scale_down(canary, !increasing) + replicas_for_scale_down(stable, increasing);
+    let removable = replicas_for_scale_down(canary, !increasing)
+        .saturating_add(replicas_for_scale_down(stable, increasing));
     if removable <= min_available {
         return CanaryStableCounts {
             canary: canary_count,
             stable: stable_count,
         };
     }
-    let scale_down = removable - min_available;
+    let scale_down = removable.saturating_sub(min_available);
     if !increasing {
         canary_count = scale_down_count(canary, desired_canary, scale_down, canary_count);
         (canary_count, stable_count) = adjust_within_limits(
@@ -318,7 +327,7 @@ fn scale_down_count(
     current: i32,
 ) -> i32 {
     match drain {
-        Some(rs) if rs.replicas > desired => desired.max(rs.replicas - scale_down),
+        Some(rs) if rs.replicas > desired => desired.max(rs.replicas.saturating_sub(scale_down)),
         _ => current,
     }
 }
@@ -333,15 +342,21 @@ fn adjust_within_limits(
     max_total: i32,
     min_available: i32,
 ) -> (i32, i32) {
-    let over_limit = (adjust_count + drain_count - max_total).max(0);
+    let over = |adjust_count: i32, drain_count: i32| {
+        adjust_count
+            .saturating_add(drain_count)
+            .saturating_sub(max_total)
+            .max(0)
+    };
+    let over_limit = over(adjust_count, drain_count);
     let mut available = drain.map_or(0, |rs| rs.available.min(drain_count));
     if let Some(rs) = adjust {
-        adjust_count -= over_limit;
-        available += rs.available.min(adjust_count);
-        let lost_available = (rs.available - adjust_count).max(0);
-        let still_needed = (min_available - available).max(0);
-        adjust_count += lost_available.min(still_needed);
-        drain_count -= (adjust_count + drain_count - max_total).max(0);
+        adjust_count = adjust_count.saturating_sub(over_limit);
+        available = available.saturating_add(rs.available.min(adjust_count));
+        let lost_available = rs.available.saturating_sub(adjust_count).max(0);
+        let still_needed = min_available.saturating_sub(available).max(0);
+        adjust_count = adjust_count.saturating_add(lost_available.min(still_needed));
+        drain_count = drain_count.saturating_sub(over(adjust_count, drain_count));
     }
     (drain_count, adjust_count)
 }
@@ -400,7 +415,7 @@ pub fn calculate_replica_counts_for_traffic_routed_canary(
     }
     let mut stable = traffic_weight_to_replicas(
         spec_replicas,
-        inputs.max_weight - desired_weight,
+        inputs.max_weight.saturating_sub(desired_weight),
         inputs.max_weight,
     );
     if let Some((canary_weight, stable_weight)) = inputs.current_weights {
@@ -429,10 +444,10 @@ pub fn traffic_weight_to_replicas(replicas: i32, weight: i32, max_weight: i32) -
     if max_weight <= 0 {
         return 0;
     }
-    ceil_div(
+    clamp_i32(ceil_div(
         i64::from(weight) * i64::from(replicas),
         i64::from(max_weight),
-    ) as i32
+    ))
 }
 
 /// `minPodsPerReplicaSet` applied to a non-zero count, capped at `spec.replicas` so a small
@@ -452,9 +467,21 @@ pub fn actual_weight(canary_available: i32, total_available: i32) -> i32 {
     }
     let canary = i64::from(canary_available.min(total_available));
     let total = i64::from(total_available);
-    ((2 * canary * i64::from(MAX_WEIGHT) + total) / (2 * total)) as i32
+    clamp_i32((2 * canary * i64::from(MAX_WEIGHT) + total) / (2 * total))
 }
 
+/// The sum of pod counts, saturating at `i32::MAX` (observed counts can be anything).
+pub fn sum_counts(counts: impl IntoIterator<Item = i32>) -> i32 {
+    counts.into_iter().fold(0, i32::saturating_add)
+}
+
+/// `value` narrowed to `i32`, clamped at its ends.
+fn clamp_i32(value: i64) -> i32 {
+    i32::try_from(value).unwrap_or(if value < 0 { i32::MIN } else { i32::MAX })
+}
+
+/// `numerator / denominator` rounded up; `denominator` is positive. The operands come from
+/// `i32` products, so negating cannot overflow.
 fn ceil_div(numerator: i64, denominator: i64) -> i64 {
     -((-numerator).div_euclid(denominator))
 }

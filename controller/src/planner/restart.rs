@@ -12,7 +12,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use rollouts_crds::conditions::INVALID_SPEC;
 use rollouts_crds::rollout::Rollout;
 
-use super::replicas::{resolve_fenceposts, resolve_int_or_percent};
+use super::replicas::{resolve_fenceposts, resolve_int_or_percent, sum_counts};
 use super::status::phase;
 use super::{EventType, Observed, Plan};
 
@@ -98,14 +98,16 @@ pub(super) fn reconcile(rollout: &Rollout, observed: &Observed, now: Timestamp, 
         return;
     };
     let replicas = rollout.spec.effective_replicas();
-    let total_replicas: i32 = observed.replica_sets.iter().map(|rs| rs.replicas).sum();
+    let total_replicas = sum_counts(observed.replica_sets.iter().map(|rs| rs.replicas));
     let min_ready_seconds = rollout.spec.min_ready_seconds.unwrap_or(0);
     let available = pods
         .iter()
         .filter(|pod| pod.is_available(min_ready_seconds, now))
-        .count() as i32;
+        .count();
+    let available = i32::try_from(available).unwrap_or(i32::MAX);
     let concurrent = max_unavailable(rollout).max(1);
-    let mut can_restart = available - (replicas.max(total_replicas) - concurrent);
+    let mut can_restart =
+        available.saturating_sub(replicas.max(total_replicas).saturating_sub(concurrent));
 
     let mut ordered: Vec<_> = pods.iter().collect();
     ordered.sort_by_key(|pod| {

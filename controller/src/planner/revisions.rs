@@ -20,7 +20,7 @@ pub(super) fn next_revision(observed: &Observed) -> i64 {
         .filter_map(ObservedReplicaSet::revision)
         .max()
         .unwrap_or_default()
-        + 1
+        .saturating_add(1)
 }
 
 /// The current revision's ReplicaSet name: the existing one's, else `<rollout>-<hash>`.

@@ -19,8 +19,8 @@ pub fn made_progress(previous: &RolloutStatus, next: &RolloutStatus) -> bool {
         (previous.current_step_index, next.current_step_index),
         (Some(before), Some(after)) if before != after
     );
-    let old_before = previous.replicas - previous.updated_replicas;
-    let old_after = next.replicas - next.updated_replicas;
+    let old_before = previous.replicas.saturating_sub(previous.updated_replicas);
+    let old_after = next.replicas.saturating_sub(next.updated_replicas);
     next.updated_replicas != previous.updated_replicas
         || old_after < old_before
         || next.ready_replicas > previous.ready_replicas

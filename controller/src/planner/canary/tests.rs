@@ -1239,3 +1239,192 @@ fn canary_and_stable_metadata_follow_the_revisions() {
         "old revisions carry nothing injected"
     );
 }
+
+/// Whatever the spec's numbers (within what the API server accepts), the status says and the
+/// cluster shows, the planner answers with a plan and never panics.
+mod properties {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use proptest::prelude::*;
+    use rollouts_crds::rollout::{
+        NginxTrafficRouting, PauseCondition, RolloutPause, RolloutStatus, RolloutTrafficRouting,
+        TrafficWeights, WeightDestination,
+    };
+
+    use super::*;
+    use crate::planner::plan_once;
+
+    fn count() -> impl Strategy<Value = i32> {
+        prop_oneof![0..12i32, any::<i32>()]
+    }
+
+    fn time() -> impl Strategy<Value = Timestamp> {
+        prop_oneof![
+            (0..100_000i64).prop_map(at),
+            any::<i64>().prop_map(|s| Timestamp::from_second(s).unwrap_or(Timestamp::MAX)),
+            Just(Timestamp::MIN),
+            Just(Timestamp::MAX),
+        ]
+    }
+
+    fn step() -> impl Strategy<Value = CanaryStep> {
+        prop_oneof![
+            prop_oneof![0..=100i32, any::<i32>()].prop_map(|w| CanaryStep {
+                set_weight: Some(w),
+                ..CanaryStep::default()
+            }),
+            proptest::option::of(prop_oneof![
+                any::<i32>().prop_map(IntOrString::Int),
+                "[0-9]{1,22}(s|m|h)".prop_map(IntOrString::String),
+            ])
+            .prop_map(|duration| CanaryStep {
+                pause: Some(RolloutPause { duration }),
+                ..CanaryStep::default()
+            }),
+            (any::<Option<i32>>(), any::<Option<i32>>()).prop_map(|(weight, replicas)| {
+                CanaryStep {
+                    set_canary_scale: Some(SetCanaryScale {
+                        weight,
+                        replicas,
+                        ..SetCanaryScale::default()
+                    }),
+                    ..CanaryStep::default()
+                }
+            }),
+        ]
+    }
+
+    fn replica_set() -> impl Strategy<Value = ObservedReplicaSet> {
+        (
+            prop_oneof![Just("a"), Just("b"), Just("c")],
+            (count(), count(), count(), count()),
+            prop_oneof![
+                any::<i64>().prop_map(|r| r.to_string()),
+                Just("9223372036854775807".to_string()),
+                "\\PC{0,4}",
+            ],
+            time(),
+        )
+            .prop_map(
+                |(hash, (replicas, current, ready, available), revision, created)| {
+                    ObservedReplicaSet {
+                        name: format!("{NAME}-{hash}"),
+                        pod_template_hash: hash.to_string(),
+                        replicas,
+                        current_replicas: current,
+                        ready_replicas: ready,
+                        available_replicas: available,
+                        annotations: BTreeMap::from([(REVISION_ANNOTATION.to_string(), revision)]),
+                        created,
+                    }
+                },
+            )
+    }
+
+    fn status() -> impl Strategy<Value = RolloutStatus> {
+        (
+            proptest::option::of(any::<i32>()),
+            proptest::option::of(any::<i32>()),
+            proptest::option::of((count(), count())),
+            proptest::option::of(time()),
+            prop_oneof![Just(""), Just("a"), Just("b")],
+            any::<(bool, bool, bool)>(),
+        )
+            .prop_map(
+                |(step, collisions, weights, paused_at, stable, (abort, promote_full, pause))| {
+                    let mut status = RolloutStatus {
+                        current_step_index: step,
+                        collision_count: collisions,
+                        stable_rs: stable.to_string(),
+                        abort,
+                        promote_full,
+                        controller_pause: pause,
+                        ..RolloutStatus::default()
+                    };
+                    status.canary.weights = weights.map(|(canary, stable)| TrafficWeights {
+                        canary: WeightDestination {
+                            weight: canary,
+                            ..WeightDestination::default()
+                        },
+                        stable: WeightDestination {
+                            weight: stable,
+                            ..WeightDestination::default()
+                        },
+                        ..TrafficWeights::default()
+                    });
+                    if let Some(start) = paused_at {
+                        status.pause_conditions = vec![PauseCondition {
+                            reason: "CanaryPauseStep".into(),
+                            start_time: Time(start),
+                        }];
+                    }
+                    status
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn any_canary_plans_without_panicking(
+            replicas in proptest::option::of(count()),
+            surge in proptest::option::of(count()),
+            steps in proptest::collection::vec(step(), 0..5),
+            routed in proptest::option::of(proptest::option::of(any::<i32>())),
+            min_pods in proptest::option::of(count()),
+            dynamic in any::<bool>(),
+            status in status(),
+            replica_sets in proptest::collection::vec(replica_set(), 0..4),
+            now in time(),
+        ) {
+            let mut rollout = Rollout::test_canary(NAME, steps).with_canary(|c| {
+                c.max_surge = surge.map(IntOrString::Int);
+                c.min_pods_per_replica_set = min_pods;
+                c.dynamic_stable_scale = routed.is_some().then_some(dynamic);
+            });
+            if let Some(max_traffic_weight) = routed {
+                rollout = rollout.with_traffic_routing(RolloutTrafficRouting {
+                    nginx: Some(NginxTrafficRouting {
+                        stable_ingress: Some(NAME.into()),
+                        ..NginxTrafficRouting::default()
+                    }),
+                    max_traffic_weight,
+                    ..RolloutTrafficRouting::default()
+                });
+            }
+            rollout.spec.replicas = replicas;
+            let rollout = rollout.with_status(status);
+            let observed = Observed {
+                replica_sets,
+                ..Observed::default()
+            };
+            let _ = plan_once(&rollout, &observed, now);
+        }
+
+        #[test]
+        fn any_blue_green_plans_without_panicking(
+            replicas in proptest::option::of(count()),
+            preview in proptest::option::of(count()),
+            seconds in any::<(Option<i32>, Option<i32>, Option<i32>)>(),
+            auto_promotion in proptest::option::of(any::<bool>()),
+            status in status(),
+            replica_sets in proptest::collection::vec(replica_set(), 0..4),
+            now in time(),
+        ) {
+            let mut rollout = Rollout::test_blue_green(NAME).with_blue_green(|bg| {
+                bg.preview_replica_count = preview;
+                bg.auto_promotion_seconds = seconds.0;
+                bg.scale_down_delay_seconds = seconds.1;
+                bg.abort_scale_down_delay_seconds = seconds.2;
+                bg.auto_promotion_enabled = auto_promotion;
+            });
+            rollout.spec.replicas = replicas;
+            let rollout = rollout.with_status(status);
+            let observed = Observed {
+                replica_sets,
+                ..Observed::default()
+            };
+            let _ = plan_once(&rollout, &observed, now);
+        }
+    }
+}

@@ -86,8 +86,14 @@ impl<'a> Planner<'a> {
     /// The last `setWeight` among steps `0..=index`.
     fn last_set_weight_through(&self, index: i32) -> Option<i32> {
         let steps = self.canary.steps();
-        let end = usize::try_from(index + 1).unwrap_or(0).min(steps.len());
-        steps[..end].iter().rev().find_map(|step| step.set_weight)
+        let end = usize::try_from(index.saturating_add(1))
+            .unwrap_or(0)
+            .min(steps.len());
+        steps
+            .get(..end)?
+            .iter()
+            .rev()
+            .find_map(|step| step.set_weight)
     }
 
     /// The `setCanaryScale` in force (Argo's `UseSetCanaryScale`): the latest one at or before the
@@ -220,10 +226,10 @@ impl<'a> Planner<'a> {
         } else if self.at_routed_counts(counts) {
             self.routed_step_weight()
         } else {
-            self.last_set_weight_through(self.step_index() - 1)
+            self.last_set_weight_through(self.step_index().saturating_sub(1))
                 .unwrap_or(0)
         };
-        if self.stable_can_take(max_weight - weight) {
+        if self.stable_can_take(max_weight.saturating_sub(weight)) {
             weight
         } else {
             self.recorded_weight()
@@ -241,7 +247,8 @@ impl<'a> Planner<'a> {
         }
         let max_weight = self.max_traffic_weight();
         let stable_share = floor_share(max_weight, stable.available_replicas, self.spec_replicas);
-        (max_weight - stable_share)
+        max_weight
+            .saturating_sub(stable_share)
             .max(0)
             .min(self.recorded_weight())
     }
@@ -294,7 +301,7 @@ impl<'a> Planner<'a> {
                 pod_template_hash: traffic.canary_hash.clone(),
             },
             stable: WeightDestination {
-                weight: max_weight - desired_weight,
+                weight: max_weight.saturating_sub(desired_weight),
                 service_name: self.canary.stable_service.clone().unwrap_or_default(),
                 pod_template_hash: traffic.stable_hash.clone(),
             },
@@ -356,7 +363,8 @@ fn floor_share(total: i32, part: i32, whole: i32) -> i32 {
     if whole <= 0 {
         return 0;
     }
-    (i64::from(total) * i64::from(part) / i64::from(whole)) as i32
+    let share = i64::from(total) * i64::from(part) / i64::from(whole);
+    i32::try_from(share).unwrap_or(if share < 0 { i32::MIN } else { i32::MAX })
 }
 
 #[cfg(test)]

@@ -656,3 +656,149 @@ fn actual_weight_is_what_the_pods_give() {
         20
     );
 }
+
+#[test]
+fn absurd_observed_counts_saturate() {
+    let inputs = BasicCanaryInputs {
+        spec_replicas: i32::MAX,
+        desired_weight: 50,
+        fenceposts: fence(i32::MAX, i32::MAX),
+        canary: rs(i32::MAX, i32::MIN),
+        stable: rs(i32::MIN, i32::MAX),
+        older_replicas: i32::MAX,
+    };
+    let _ = calculate_replica_counts_for_canary(inputs);
+    assert_eq!(sum_counts([i32::MAX, i32::MAX, 1]), i32::MAX);
+    assert_eq!(traffic_weight_to_replicas(i32::MAX, i32::MAX, 1), i32::MAX);
+    assert!(
+        resolve_int_or_percent(
+            &IntOrString::String("9223372036854775807%".into()),
+            10,
+            true,
+            "spec.strategy.canary.maxSurge",
+        )
+        .is_err()
+    );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn count() -> impl Strategy<Value = i32> {
+        prop_oneof![0..50i32, any::<i32>()]
+    }
+
+    fn replica_set() -> impl Strategy<Value = Option<ReplicaSetCount>> {
+        proptest::option::of(
+            (count(), count()).prop_map(|(replicas, available)| ReplicaSetCount {
+                replicas,
+                available,
+            }),
+        )
+    }
+
+    fn int_or_percent() -> impl Strategy<Value = IntOrString> {
+        prop_oneof![
+            any::<i32>().prop_map(IntOrString::Int),
+            any::<i64>().prop_map(|n| IntOrString::String(format!("{n}%"))),
+            (0..200i32).prop_map(|n| IntOrString::String(format!("{n}%"))),
+            "\\PC{0,8}".prop_map(IntOrString::String),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn fenceposts_resolve_or_err(
+            surge in proptest::option::of(int_or_percent()),
+            unavailable in proptest::option::of(int_or_percent()),
+            replicas in count(),
+        ) {
+            if let Ok(f) = resolve_fenceposts(surge.as_ref(), unavailable.as_ref(), replicas) {
+                prop_assert!(f.max_surge >= 0 && f.max_unavailable >= 0);
+            }
+        }
+
+        #[test]
+        fn basic_canary_counts_never_panic(
+            spec_replicas in count(),
+            desired_weight in prop_oneof![0..=100i32, any::<i32>()],
+            fenceposts in (count(), count()).prop_map(|(s, u)| fence(s, u)),
+            canary in replica_set(),
+            stable in replica_set(),
+            older_replicas in count(),
+        ) {
+            let _ = calculate_replica_counts_for_canary(BasicCanaryInputs {
+                spec_replicas,
+                desired_weight,
+                fenceposts,
+                canary,
+                stable,
+                older_replicas,
+            });
+        }
+
+        /// Within the bounds validation enforces, the counts stay within what was asked.
+        #[test]
+        fn basic_canary_counts_in_bounds_are_sane(
+            spec_replicas in 0..1000i32,
+            desired_weight in 0..=100i32,
+            surge in 0..100i32,
+            unavailable in 0..100i32,
+        ) {
+            let fenceposts = resolve_fenceposts(
+                Some(&IntOrString::Int(surge)),
+                Some(&IntOrString::Int(unavailable)),
+                spec_replicas,
+            ).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let counts = approximate_weighted_canary_stable_replica_counts(
+                spec_replicas,
+                desired_weight,
+                MAX_WEIGHT,
+                fenceposts.max_surge,
+            );
+            prop_assert!(counts.canary >= 0 && counts.stable >= 0);
+            prop_assert!(counts.canary + counts.stable <= spec_replicas + 1);
+        }
+
+        #[test]
+        fn routed_counts_never_panic(
+            spec_replicas in count(),
+            scale in prop_oneof![
+                count().prop_map(CanaryScale::Weight),
+                count().prop_map(CanaryScale::Replicas),
+            ],
+            max_weight in prop_oneof![Just(100), any::<i32>()],
+            min_pods in proptest::option::of(count()),
+            dynamic_stable_scale in any::<bool>(),
+            current_weights in proptest::option::of((count(), count())),
+            aborted in any::<bool>(),
+        ) {
+            let _ = calculate_replica_counts_for_traffic_routed_canary(TrafficRoutedInputs {
+                spec_replicas,
+                canary_scale: scale,
+                max_weight,
+                min_pods_per_replica_set: min_pods,
+                dynamic_stable_scale,
+                current_weights,
+                aborted,
+            });
+        }
+
+        #[test]
+        fn weights_and_sums_never_panic(
+            a in any::<i32>(),
+            b in any::<i32>(),
+            c in any::<i32>(),
+            counts in proptest::collection::vec(any::<i32>(), 0..8),
+        ) {
+            let _ = traffic_weight_to_replicas(a, b, c);
+            let _ = min_pods_per_replica_set(a, Some(b), c);
+            let weight = actual_weight(a, b);
+            prop_assert!((0..=MAX_WEIGHT).contains(&weight));
+            let _ = sum_counts(counts);
+        }
+    }
+}
