@@ -7,6 +7,7 @@ pub mod analysisrun;
 pub mod claims;
 pub mod cli;
 pub mod context;
+pub mod decode;
 pub mod error;
 pub mod health;
 pub mod leader;

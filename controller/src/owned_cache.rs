@@ -12,12 +12,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::watcher;
 use rollouts_crds::analysis::AnalysisRun;
 use tokio::sync::watch;
 
 use crate::context::caught_up;
+use crate::decode::{Decoded, Undecodable};
 
 /// How long a write may stay unseen by the watch before the cache is trusted anyway: a watch
 /// that lost the event relists, and a reconcile must not wait on it forever.
@@ -52,6 +54,14 @@ impl OwnedCaches {
         self.replica_sets
             .lagging(owner_uid)
             .or_else(|| self.analysis_runs.lagging(owner_uid))
+    }
+
+    /// An object owned by `owner_uid` that the watch could not decode, as `Kind name: error`;
+    /// its owner is not acted on until it decodes or is deleted.
+    pub fn undecodable(&self, owner_uid: &str) -> Option<String> {
+        self.replica_sets
+            .undecodable(owner_uid)
+            .or_else(|| self.analysis_runs.undecodable(owner_uid))
     }
 }
 
@@ -114,10 +124,14 @@ impl<K: Resource> Index<K> {
     }
 
     fn remove(&mut self, object: &K) {
-        let key = object_key(object);
-        let name = object.meta().name.clone().unwrap_or_default();
+        self.remove_named(object.meta());
+    }
+
+    fn remove_named(&mut self, metadata: &ObjectMeta) {
+        let key = key_of(metadata);
+        let name = metadata.name.as_deref().unwrap_or_default();
         if let Some(owner) = self.owner_of.remove(&key) {
-            self.remove_from(&owner, &name);
+            self.remove_from(&owner, name);
         }
     }
 
@@ -135,16 +149,44 @@ impl<K: Resource> Index<K> {
     }
 }
 
+/// An owned object the watch could not decode: its owner, and what is wrong.
+struct Blocking {
+    owner: String,
+    name: String,
+    error: String,
+}
+
+/// Undecodable owned objects by `namespace/name`.
+type Undecodables = HashMap<String, Blocking>;
+
 struct State<K> {
     live: Index<K>,
     /// The index being rebuilt between a watch's `Init` and `InitDone`; `live` serves reads.
     relisting: Option<Index<K>>,
+    undecodable: Undecodables,
+    /// `undecodable` being rebuilt by a relist.
+    relisting_undecodable: Option<Undecodables>,
     expectations: HashMap<String, Vec<Expectation>>,
     /// When expectations of every owner were last checked for expiry.
     pruned: Instant,
 }
 
 impl<K: Resource> State<K> {
+    fn init_apply(&mut self, object: &K)
+    where
+        K: Clone,
+    {
+        match self.relisting.as_mut() {
+            Some(relisting) => relisting.upsert(Arc::new(object.clone())),
+            None => self.live.upsert(Arc::new(object.clone())),
+        }
+    }
+
+    fn delete(&mut self, object: &K) {
+        self.live.remove(object);
+        self.deleted_after_our_writes(object);
+    }
+
     /// Someone deleted an object after we wrote it: its cache entry is newer than our write,
     /// so that write is not waited for.
     fn deleted_after_our_writes(&mut self, object: &K) {
@@ -182,6 +224,8 @@ impl<K: Resource> OwnedCache<K> {
             state: Mutex::new(State {
                 live: Index::default(),
                 relisting: None,
+                undecodable: HashMap::new(),
+                relisting_undecodable: None,
                 expectations: HashMap::new(),
                 pruned: Instant::now(),
             }),
@@ -204,23 +248,86 @@ impl<K: Resource> OwnedCache<K> {
         let mut state = self.lock();
         match event {
             watcher::Event::Init => state.relisting = Some(Index::default()),
-            watcher::Event::InitApply(object) => match state.relisting.as_mut() {
-                Some(relisting) => relisting.upsert(Arc::new(object.clone())),
-                None => state.live.upsert(Arc::new(object.clone())),
-            },
-            watcher::Event::InitDone => {
-                if let Some(relisted) = state.relisting.take() {
-                    state.live = relisted;
-                }
-                drop(state);
-                self.ready.send_replace(true);
-            }
+            watcher::Event::InitApply(object) => state.init_apply(object),
+            watcher::Event::InitDone => self.init_done(state),
             watcher::Event::Apply(object) => state.live.upsert(Arc::new(object.clone())),
-            watcher::Event::Delete(object) => {
-                state.live.remove(object);
-                state.deleted_after_our_writes(object);
+            watcher::Event::Delete(object) => state.delete(object),
+        }
+    }
+
+    /// Applies one event of a watch that decodes objects one by one: an undecodable object
+    /// leaves the cache (nothing plans from its last decodable version) and blocks its owner
+    /// (see [`OwnedCache::undecodable`]) until it decodes or is deleted.
+    pub fn apply_decoded(&self, event: &watcher::Event<Decoded<K>>)
+    where
+        K: Clone,
+    {
+        let mut state = self.lock();
+        match event {
+            watcher::Event::Init => {
+                state.relisting = Some(Index::default());
+                state.relisting_undecodable = Some(HashMap::new());
+            }
+            watcher::Event::InitApply(Decoded::Typed(object)) => state.init_apply(object),
+            watcher::Event::InitApply(Decoded::Undecodable(undecodable)) => {
+                if let Some(blocking) = blocking(undecodable) {
+                    let key = key_of(&undecodable.metadata);
+                    match state.relisting_undecodable.as_mut() {
+                        Some(relisting) => relisting.insert(key, blocking),
+                        None => state.undecodable.insert(key, blocking),
+                    };
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(relisted) = state.relisting_undecodable.take() {
+                    state.undecodable = relisted;
+                }
+                self.init_done(state);
+            }
+            watcher::Event::Apply(Decoded::Typed(object)) => {
+                state.undecodable.remove(&object_key(object));
+                state.live.upsert(Arc::new(object.clone()));
+            }
+            watcher::Event::Apply(Decoded::Undecodable(undecodable)) => {
+                let key = key_of(&undecodable.metadata);
+                state.live.remove_named(&undecodable.metadata);
+                match blocking(undecodable) {
+                    Some(blocking) => state.undecodable.insert(key, blocking),
+                    None => state.undecodable.remove(&key),
+                };
+            }
+            watcher::Event::Delete(Decoded::Typed(object)) => {
+                state.undecodable.remove(&object_key(object));
+                state.delete(object);
+            }
+            watcher::Event::Delete(Decoded::Undecodable(undecodable)) => {
+                state.undecodable.remove(&key_of(&undecodable.metadata));
+                state.live.remove_named(&undecodable.metadata);
             }
         }
+    }
+
+    fn init_done(&self, mut state: MutexGuard<'_, State<K>>) {
+        if let Some(relisted) = state.relisting.take() {
+            state.live = relisted;
+        }
+        drop(state);
+        self.ready.send_replace(true);
+    }
+
+    /// The first object owned by `owner_uid` that the watch could not decode, as
+    /// `Kind name: error`.
+    pub fn undecodable(&self, owner_uid: &str) -> Option<String> {
+        let state = self.lock();
+        let mut blocking: Vec<&Blocking> = state
+            .undecodable
+            .values()
+            .filter(|blocking| blocking.owner == owner_uid)
+            .collect();
+        blocking.sort_by(|a, b| a.name.cmp(&b.name));
+        blocking
+            .first()
+            .map(|blocking| format!("{} {}: {}", self.kind, blocking.name, blocking.error))
     }
 
     /// Waits until the watch has listed once.
@@ -323,7 +430,10 @@ impl<K: Resource> OwnedCache<K> {
 }
 
 fn object_key<K: Resource>(object: &K) -> String {
-    let meta = object.meta();
+    key_of(object.meta())
+}
+
+fn key_of(meta: &ObjectMeta) -> String {
     format!(
         "{}/{}",
         meta.namespace.as_deref().unwrap_or_default(),
@@ -333,13 +443,24 @@ fn object_key<K: Resource>(object: &K) -> String {
 
 /// The uid of the object's controller owner.
 fn controller_uid<K: Resource>(object: &K) -> Option<String> {
-    object
-        .meta()
-        .owner_references
+    controller_uid_of(object.meta())
+}
+
+fn controller_uid_of(meta: &ObjectMeta) -> Option<String> {
+    meta.owner_references
         .iter()
         .flatten()
         .find(|owner| owner.controller == Some(true))
         .map(|owner| owner.uid.clone())
+}
+
+/// What an undecodable object blocks: its controller owner, if it has one.
+fn blocking(undecodable: &Undecodable) -> Option<Blocking> {
+    Some(Blocking {
+        owner: controller_uid_of(&undecodable.metadata)?,
+        name: undecodable.metadata.name.clone().unwrap_or_default(),
+        error: undecodable.error.to_string(),
+    })
 }
 
 /// Drops what observe never reads from a ReplicaSet: the pod template (the bulk of it; the
@@ -645,5 +766,75 @@ mod tests {
         assert_eq!(status.phase, rollouts_crds::analysis::AnalysisPhase::Failed);
         assert_eq!(status.message, "error rate too high");
         assert_eq!(run.metadata.labels.as_ref().map(BTreeMap::len), Some(1));
+    }
+
+    /// The JSON of `replica_set(name, owner, version)`, with `spec.replicas` set to `replicas`.
+    fn decoded(name: &str, owner: &str, version: &str, replicas: u64) -> Decoded<ReplicaSet> {
+        let mut json =
+            serde_json::to_value(replica_set(name, Some(owner), version)).expect("encodes");
+        json["spec"]["replicas"] = replicas.into();
+        Decoded::from_json(&json.to_string())
+    }
+
+    #[test]
+    fn an_undecodable_object_leaves_the_cache_and_blocks_its_owner_until_fixed() {
+        let cache = OwnedCache::new("ReplicaSet");
+        cache.apply_decoded(&watcher::Event::Init);
+        cache.apply_decoded(&watcher::Event::InitApply(decoded(
+            "web-a", "uid-web", "1", 1,
+        )));
+        cache.apply_decoded(&watcher::Event::InitApply(decoded(
+            "api-a", "uid-api", "2", 1,
+        )));
+        cache.apply_decoded(&watcher::Event::InitDone);
+        assert_eq!(cache.undecodable("uid-web"), None);
+
+        cache.apply_decoded(&watcher::Event::Apply(decoded(
+            "web-a",
+            "uid-web",
+            "3",
+            3_000_000_000,
+        )));
+        assert!(
+            names(&cache, "uid-web").is_empty(),
+            "its last version is gone"
+        );
+        let blocking = cache.undecodable("uid-web").expect("the owner is blocked");
+        assert!(
+            blocking.starts_with("ReplicaSet web-a: spec.replicas:"),
+            "{blocking}"
+        );
+        assert_eq!(cache.undecodable("uid-api"), None, "other owners are not");
+        assert_eq!(names(&cache, "uid-api"), vec!["api-a"]);
+
+        // A relist that finds it still undecodable keeps the owner blocked.
+        cache.apply_decoded(&watcher::Event::Init);
+        cache.apply_decoded(&watcher::Event::InitApply(decoded(
+            "web-a",
+            "uid-web",
+            "3",
+            3_000_000_000,
+        )));
+        cache.apply_decoded(&watcher::Event::InitDone);
+        assert!(cache.undecodable("uid-web").is_some());
+
+        cache.apply_decoded(&watcher::Event::Apply(decoded("web-a", "uid-web", "4", 2)));
+        assert_eq!(cache.undecodable("uid-web"), None, "fixed");
+        assert_eq!(names(&cache, "uid-web"), vec!["web-a"]);
+
+        cache.apply_decoded(&watcher::Event::Apply(decoded(
+            "web-a",
+            "uid-web",
+            "5",
+            3_000_000_000,
+        )));
+        cache.apply_decoded(&watcher::Event::Delete(decoded(
+            "web-a",
+            "uid-web",
+            "6",
+            3_000_000_000,
+        )));
+        assert_eq!(cache.undecodable("uid-web"), None, "deleted");
+        assert!(cache.is_empty() || names(&cache, "uid-web").is_empty());
     }
 }

@@ -115,6 +115,12 @@ async fn reconcile_rollout(rollout: &Rollout, namespace: &str, ctx: &Context) ->
         );
         return Ok(Action::requeue(CACHE_CATCH_UP));
     }
+    if let Some(undecodable) = ctx.caches.undecodable(&rollout.uid().unwrap_or_default()) {
+        // Planning without it could create again what exists; its watch reported it, and a
+        // change to it triggers this Rollout again.
+        tracing::debug!(%undecodable, "an object this Rollout owns cannot be decoded; nothing is changed until it decodes or is deleted");
+        return Ok(Action::requeue(INVALID_SPEC_REQUEUE));
+    }
     if let Some(lagging) = ctx.caches.lagging(&rollout.uid().unwrap_or_default()) {
         // Planning from it could create a second ReplicaSet or scale twice.
         tracing::debug!(%lagging, "the watch cache does not show our last write yet");

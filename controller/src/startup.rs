@@ -23,6 +23,7 @@ use tracing_subscriber::EnvFilter;
 use crate::claims::{self, Claims};
 use crate::cli::{Flags, LogFormat};
 use crate::context::{Context, Settings};
+use crate::decode::{self, Decoded, Notes, Sorter};
 use crate::error::{Error, Result};
 use crate::health::{self, Diagnostics, Endpoints, Leadership, ServerLimits};
 use crate::leader::{self, LeaderElection};
@@ -105,6 +106,8 @@ const METRICS_SERVER: &str = "metrics server";
 /// controller may not list Rollouts: no retry fixes those. Transient failures (5xx, 429,
 /// timeouts, connection errors) are retried with a growing backoff, each logged, for as long
 /// as it takes.
+/// Give it an `Api<Decoded<Rollout>>`: a first Rollout that does not decode must not stop the
+/// controller from starting.
 pub async fn check_crd_installed<K>(api: &Api<K>, scope: &str) -> Result<()>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -197,7 +200,7 @@ pub async fn run(flags: Flags) -> Result<()> {
         Some(namespace) => format!("in namespace {namespace}"),
         None => "in all namespaces".to_string(),
     };
-    let rollouts: Api<Rollout> = scoped_api(&client, namespace);
+    let rollouts: Api<Decoded<Rollout>> = scoped_api(&client, namespace);
     check_crd_installed(&rollouts, &scope).await?;
 
     let selector = flags.rollout_label_selector();
@@ -494,6 +497,10 @@ fn join_failure(join: JoinError) -> String {
 /// and AnalysisRuns (a run finishing moves its step on) are stored in `caches`, stripped, before
 /// they trigger their owner, so a reconcile reads its own objects from memory instead of
 /// listing them.
+///
+/// Each watch decodes objects one by one ([`Decoded`]): an object that does not fit our types
+/// is kept out of the store and reported (a Rollout gets `InvalidSpec`, a ReplicaSet a Warning
+/// event; AnalysisRuns are reported by their own controller), and every other object is served.
 fn rollout_controller(
     client: &Client,
     namespace: Option<&str>,
@@ -503,35 +510,58 @@ fn rollout_controller(
 ) -> Controller<Rollout> {
     let (rollout_store, rollout_writer) = reflector::store();
     let (feed_claims, claims_changed) = claims::feeder(claims.clone());
+    let mut rollout_sorter =
+        Sorter::<Rollout>::new(Some(decode::spawn_reporter::<Rollout>(client.clone())));
     let rollouts = watcher(
-        scoped_api::<Rollout>(client, namespace),
+        scoped_api::<Decoded<Rollout>>(client, namespace),
         watcher::Config::default().labels(selector),
     )
     .default_backoff()
+    .filter_map(move |event| {
+        std::future::ready(match event {
+            Ok(event) => rollout_sorter.sort(event).map(Ok),
+            Err(error) => Some(Err(error)),
+        })
+    })
     .modify(|rollout| rollout.metadata.managed_fields = None)
     .reflect(rollout_writer)
     .inspect_ok(feed_claims)
     .applied_objects();
+    let mut replica_set_notes = Notes::new(
+        "ReplicaSet".to_string(),
+        Some(decode::spawn_reporter::<ReplicaSet>(client.clone())),
+    );
     let replica_sets = watcher(
-        scoped_api::<ReplicaSet>(client, namespace),
+        scoped_api::<Decoded<ReplicaSet>>(client, namespace),
         watcher::Config::default().labels(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY),
     )
     .default_backoff()
-    .modify(owned_cache::strip_replica_set)
+    .modify(|object| {
+        if let Decoded::Typed(rs) = object {
+            owned_cache::strip_replica_set(rs);
+        }
+    })
     .inspect_ok({
         let caches = caches.clone();
-        move |event| caches.replica_sets.apply(event)
+        move |event| {
+            replica_set_notes.observe_event(event);
+            caches.replica_sets.apply_decoded(event);
+        }
     })
     .touched_objects();
     let analysis_runs = watcher(
-        scoped_api::<AnalysisRun>(client, namespace),
+        scoped_api::<Decoded<AnalysisRun>>(client, namespace),
         watcher::Config::default().labels(ROLLOUT_TYPE_LABEL),
     )
     .default_backoff()
-    .modify(owned_cache::strip_analysis_run)
+    .modify(|object| {
+        if let Decoded::Typed(run) = object {
+            owned_cache::strip_analysis_run(run);
+        }
+    })
     .inspect_ok({
         let caches = caches.clone();
-        move |event| caches.analysis_runs.apply(event)
+        move |event| caches.analysis_runs.apply_decoded(event)
     })
     .touched_objects();
     Controller::for_stream(rollouts, rollout_store)
@@ -672,7 +702,9 @@ async fn watch_router_objects(
             Err(error) => tracing::warn!(kind = kind.kind, %error, "cannot list router objects"),
         }
         let rollouts = rollout_controller.store();
-        let mapper = move |object: DynamicObject| {
+        // Only the name and namespace are read, so an object that does not decode (nested too
+        // deep) still triggers the Rollouts naming it, and never fails the watch.
+        let mapper = move |object: Decoded<DynamicObject>| {
             let object_namespace = object.namespace().unwrap_or_default();
             let object_name = object.name_any();
             rollouts
@@ -687,6 +719,10 @@ async fn watch_router_objects(
                 .collect::<Vec<_>>()
         };
         tracing::info!(kind = kind.kind, "watching router objects");
+        let api: Api<Decoded<DynamicObject>> = match namespace {
+            Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
         rollout_controller =
             rollout_controller.watches_with(api, resource, watcher::Config::default(), mapper);
     }

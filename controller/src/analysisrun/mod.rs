@@ -30,10 +30,11 @@ use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use rollouts_crds::analysis::AnalysisRun;
 
 use crate::cli::Flags;
+use crate::decode::{self, Decoded, Sorter};
 use crate::metrics::ReconcilePanics;
 use crate::supervise::{self, Panicked};
 
@@ -172,10 +173,28 @@ pub async fn run(
     panics: ReconcilePanics,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), SetupError> {
-    let runs: Api<AnalysisRun> = match &options.namespace {
+    // Runs are decoded one by one: one that does not fit our types gets the Error phase and a
+    // Warning event, and the others are still measured.
+    let runs: Api<Decoded<AnalysisRun>> = match &options.namespace {
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),
     };
+    let mut sorter =
+        Sorter::<AnalysisRun>::new(Some(decode::spawn_reporter::<AnalysisRun>(client.clone())));
+    let (store, writer) = reflector::store();
+    let runs = watcher(
+        runs,
+        watcher::Config::default().labels(&options.label_selector),
+    )
+    .default_backoff()
+    .filter_map(move |event| {
+        std::future::ready(match event {
+            Ok(event) => sorter.sort(event).map(Ok),
+            Err(error) => Some(Err(error)),
+        })
+    })
+    .reflect(writer)
+    .applied_objects();
     let context = Arc::new(
         AnalysisContext::new(client, options.prometheus_address.clone(), metrics)?
             .with_limits(options.limits),
@@ -187,34 +206,32 @@ pub async fn run(
         "watching AnalysisRuns"
     );
     let forget = context.clone();
-    Controller::new(
-        runs,
-        watcher::Config::default().labels(&options.label_selector),
-    )
-    .with_config(controller::Config::default().concurrency(options.concurrency))
-    .graceful_shutdown_on(stop)
-    .run(
-        move |run, context| contained_reconcile(run, context, panics.clone()),
-        error_policy,
-        context,
-    )
-    .inspect(move |outcome| {
-        // A run that is gone (a requeue or trigger found no object): drop its bookkeeping.
-        if let Err(controller::Error::ObjectNotFound(object)) = outcome {
-            let namespace = object.namespace.as_deref().unwrap_or_default();
-            forget.forget(&reconcile::object_key(namespace, &object.name));
-        }
-    })
-    .for_each(|outcome| async move {
-        match outcome {
-            Ok(_) => {}
-            // error_policy has already logged and counted failed reconciles.
-            Err(controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_)) => {
+    Controller::for_stream(runs, store)
+        .with_config(controller::Config::default().concurrency(options.concurrency))
+        .graceful_shutdown_on(stop)
+        .run(
+            move |run, context| contained_reconcile(run, context, panics.clone()),
+            error_policy,
+            context,
+        )
+        .inspect(move |outcome| {
+            // A run that is gone (a requeue or trigger found no object): drop its bookkeeping.
+            if let Err(controller::Error::ObjectNotFound(object)) = outcome {
+                let namespace = object.namespace.as_deref().unwrap_or_default();
+                forget.forget(&reconcile::object_key(namespace, &object.name));
             }
-            Err(error) => tracing::warn!(%error, "AnalysisRun watch failed; retrying"),
-        }
-    })
-    .await;
+        })
+        .for_each(|outcome| async move {
+            match outcome {
+                Ok(_) => {}
+                // error_policy has already logged and counted failed reconciles.
+                Err(
+                    controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_),
+                ) => {}
+                Err(error) => tracing::warn!(%error, "AnalysisRun watch failed; retrying"),
+            }
+        })
+        .await;
     Ok(())
 }
 
