@@ -25,9 +25,15 @@ pub struct Templates {
     pub cluster: Vec<FoundTemplate>,
 }
 
+/// How deep templates may reference templates (`templates` of a template's `templates`...).
+pub const MAX_TEMPLATE_DEPTH: usize = 32;
+/// The most templates one analysis may gather.
+pub const MAX_TEMPLATES: usize = 100;
+
 /// Gathers the templates `refs` name, following each template's own `templates`. `lookup`
 /// fetches one (its error, e.g. "not found", is returned as is). A template reached twice
-/// (or through a cycle) is taken once.
+/// (or through a cycle) is taken once. Nesting deeper than [`MAX_TEMPLATE_DEPTH`] or more
+/// than [`MAX_TEMPLATES`] templates is an error naming the template reached.
 pub fn gather(
     refs: &[RolloutAnalysisTemplate],
     mut lookup: impl FnMut(&RolloutAnalysisTemplate) -> Result<AnalysisTemplateSpec, String>,
@@ -37,11 +43,25 @@ pub fn gather(
         lookup: &mut dyn FnMut(&RolloutAnalysisTemplate) -> Result<AnalysisTemplateSpec, String>,
         seen: &mut BTreeSet<(bool, String)>,
         found: &mut Templates,
+        depth: usize,
     ) -> Result<(), String> {
         for reference in refs {
             let cluster = reference.cluster_scope == Some(true);
             if !seen.insert((cluster, reference.template_name.clone())) {
                 continue;
+            }
+            if depth > MAX_TEMPLATE_DEPTH {
+                return Err(format!(
+                    "AnalysisTemplate {:?} is nested more than {MAX_TEMPLATE_DEPTH} templates deep: reference fewer levels of templates",
+                    reference.template_name
+                ));
+            }
+            if seen.len() > MAX_TEMPLATES {
+                return Err(format!(
+                    "AnalysisTemplate {:?} would be template number {}, more than the {MAX_TEMPLATES} one analysis may use: reference fewer templates",
+                    reference.template_name,
+                    seen.len()
+                ));
             }
             let spec = lookup(reference)?;
             let nested = spec.templates.clone();
@@ -54,12 +74,12 @@ pub fn gather(
             } else {
                 found.namespaced.push(template);
             }
-            visit(&nested, lookup, seen, found)?;
+            visit(&nested, lookup, seen, found, depth.saturating_add(1))?;
         }
         Ok(())
     }
     let mut found = Templates::default();
-    visit(refs, &mut lookup, &mut BTreeSet::new(), &mut found)?;
+    visit(refs, &mut lookup, &mut BTreeSet::new(), &mut found, 1)?;
     Ok(found)
 }
 
@@ -242,6 +262,34 @@ mod tests {
 
         let err = gather(&[reference("missing", false)], lookup).unwrap_err();
         assert!(err.contains("\"missing\" not found"));
+    }
+
+    #[test]
+    fn deep_or_many_templates_are_refused_naming_the_one_reached() {
+        // t0 -> t1 -> ... -> t139, each its own template.
+        let chain = |length: usize| {
+            move |r: &RolloutAnalysisTemplate| {
+                let index: usize = r.template_name[1..].parse().map_err(|_| "bad name")?;
+                let mut spec = template(&[&r.template_name], vec![]);
+                if index + 1 < length {
+                    spec.templates = vec![reference(&format!("t{}", index + 1), false)];
+                }
+                Ok::<_, String>(spec)
+            }
+        };
+        let err = gather(&[reference("t0", false)], chain(140)).unwrap_err();
+        assert!(
+            err.contains("\"t32\" is nested more than 32 templates deep"),
+            "{err}"
+        );
+        let found = gather(&[reference("t0", false)], chain(32)).unwrap();
+        assert_eq!(found.namespaced.len(), 32);
+
+        let many: Vec<_> = (0..=MAX_TEMPLATES)
+            .map(|i| reference(&format!("t{i}"), false))
+            .collect();
+        let err = gather(&many, chain(1)).unwrap_err();
+        assert!(err.contains("more than the 100"), "{err}");
     }
 
     #[test]
