@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rollouts_analysis::args;
 use rollouts_analysis::provider::MAX_TIMEOUT;
 use rollouts_crds::FieldError;
-use rollouts_crds::analysis::{AnalysisRunSpec, Metric, int_or_string_value};
+use rollouts_crds::analysis::{AnalysisRunSpec, AnalysisRunStatus, Metric, int_or_string_value};
 use rollouts_crds::duration;
 
 /// The shortest `interval`: a metric is measured at most once a second.
@@ -169,6 +169,40 @@ fn check_metric(metric: &Metric, at: &str) -> Result<(), FieldError> {
             format!("{seconds} is outside 0..={max} seconds"),
             format!("set timeout to a number of seconds from 0 to {max} (unset means 30)"),
         ));
+    }
+    Ok(())
+}
+
+/// The largest counter a metric result may hold (`count`, `failed`, ...): well below
+/// `i32::MAX`, so that counting on can never overflow.
+pub const MAX_COUNTER: i32 = 1_000_000_000;
+
+/// Checks the counters of the run's status, which the engine counts on from: a status edited
+/// by hand to a number near `i32::MAX` ends the run in Error rather than overflowing.
+pub fn check_status(status: &AnalysisRunStatus) -> Result<(), FieldError> {
+    for (index, result) in status.metric_results.iter().enumerate() {
+        let counters = [
+            ("count", result.count),
+            ("successful", result.successful),
+            ("failed", result.failed),
+            ("inconclusive", result.inconclusive),
+            ("error", result.error),
+            ("consecutiveError", result.consecutive_error),
+            ("consecutiveSuccess", result.consecutive_success),
+            ("consecutiveFailure", result.consecutive_failure),
+        ];
+        for (name, value) in counters {
+            if !(0..=MAX_COUNTER).contains(&value) {
+                return Err(FieldError::new(
+                    format!(
+                        "status.metricResults[{index}].{name} (metric {:?})",
+                        result.name
+                    ),
+                    format!("{value} is outside 0..={MAX_COUNTER}"),
+                    "the status was edited by hand: recreate the AnalysisRun",
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -360,6 +394,26 @@ mod tests {
         assert_eq!(limits(32).per_run(), 8);
         assert_eq!(limits(2).per_run(), 1);
         assert_eq!(limits(1).per_run(), 1);
+    }
+
+    #[test]
+    fn counters_near_overflow_in_a_status_are_refused() {
+        let mut status = AnalysisRunStatus {
+            metric_results: vec![rollouts_crds::analysis::MetricResult {
+                name: "rate".into(),
+                count: 3,
+                ..Default::default()
+            }],
+            ..AnalysisRunStatus::default()
+        };
+        assert_eq!(check_status(&status), Ok(()));
+        status.metric_results[0].error = i32::MAX;
+        let message = check_status(&status).expect_err("overflows").to_string();
+        assert!(
+            message.contains("status.metricResults[0].error (metric \"rate\")")
+                && message.contains("2147483647"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -101,8 +101,12 @@ async fn reconcile_run(
     let status = run.status.clone().unwrap_or_default();
     let mut outcome = match field_refs_resolved(run) {
         Err(e) => engine::invalid(&status, &e.to_string(), now),
-        Ok(spec) => match bounds::check(&spec) {
-            Err(e) => engine::invalid(&status, &format!("Analysis spec invalid: {e}"), now),
+        Ok(spec) => match bounds::check(&spec)
+            .map_err(|e| format!("Analysis spec invalid: {e}"))
+            .and_then(|()| {
+                bounds::check_status(&status).map_err(|e| format!("Analysis status invalid: {e}"))
+            }) {
+            Err(message) => engine::invalid(&status, &message, now),
             Ok(()) => match engine::plan(&spec, &status, now) {
                 Plan::Completed => return Ok(Action::await_change()),
                 Plan::Invalid { message } => engine::invalid(&status, &message, now),
