@@ -33,6 +33,8 @@ pub enum TimeoutError {
     },
     #[error("unknown unit {unit:?} in {text:?} (fix: use ms, s, m or h)")]
     UnknownUnit { text: String, unit: String },
+    #[error("{text:?} is too long a duration (fix: use 0 to wait forever)")]
+    TooLong { text: String },
 }
 
 /// A duration as kubectl flags take it: a number with `ms`, `s`, `m` or `h`, or bare seconds.
@@ -58,7 +60,9 @@ pub fn parse_duration(text: &str) -> std::result::Result<Duration, TimeoutError>
             });
         }
     };
-    Ok(Duration::from_secs_f64(seconds))
+    Duration::try_from_secs_f64(seconds).map_err(|_| TimeoutError::TooLong {
+        text: text.to_string(),
+    })
 }
 
 /// What `status` prints for a health when not watching: the final phases alone, the others
@@ -144,6 +148,11 @@ mod tests {
                 .contains("use ms, s, m or h")
         );
         assert!(parse_duration("soon").is_err());
+        let huge = format!("{}h", "9".repeat(400));
+        assert_eq!(
+            parse_duration(&huge),
+            Err(TimeoutError::TooLong { text: huge.clone() })
+        );
     }
 
     #[test]
