@@ -48,7 +48,10 @@ pub struct Flags {
     #[arg(long, default_value = DEFAULT_LEASE_NAME)]
     pub lease_name: String,
 
-    /// How long a Lease stays valid without renewal before another replica takes over (e.g. 15s).
+    /// How long a Lease stays valid without renewal before another replica takes over (e.g.
+    /// 15s). The leader renews every 2/15 of it and stops acting when it could not renew for
+    /// 2/3 of it (15s: every 2s, within 10s, as client-go); each Lease request times out after
+    /// 1/3 of it.
     #[arg(long, default_value = "15s", value_parser = parse_lease_duration)]
     pub lease_duration: Duration,
 
@@ -126,9 +129,11 @@ pub enum FlagError {
     #[error("{value:?} has an unknown unit: use s, m or h")]
     LeaseUnit { value: String },
     #[error(
-        "{value:?} is too short for a lease: use at least 3s (renewals happen every third of it)"
+        "{value:?} is too short for a lease: use at least 3s (the leader must renew within two thirds of it)"
     )]
     LeaseTooShort { value: String },
+    #[error("{value:?} is too long for a lease: use at most 24h")]
+    LeaseTooLong { value: String },
 }
 
 /// An instance id becomes a label value, so it must be one.
@@ -147,6 +152,9 @@ fn parse_instance_id(value: &str) -> Result<String, FlagError> {
     }
 }
 
+/// The longest `--lease-duration`: a day.
+const MAX_LEASE_SECONDS: u64 = 24 * 3600;
+
 /// Whole seconds with an optional `s`, `m` or `h` unit, as Kubernetes durations are written.
 fn parse_lease_duration(value: &str) -> Result<Duration, FlagError> {
     let (digits, unit) = match value.find(|c: char| !c.is_ascii_digit()) {
@@ -159,16 +167,24 @@ fn parse_lease_duration(value: &str) -> Result<Duration, FlagError> {
             value: value.to_string(),
             source,
         })?;
-    let seconds = match unit {
-        "s" => amount,
-        "m" => amount * 60,
-        "h" => amount * 3600,
+    let unit_seconds: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
         _ => {
             return Err(FlagError::LeaseUnit {
                 value: value.to_string(),
             });
         }
     };
+    // A Lease holds its duration in an int32 of seconds; a day is already far more than a
+    // failover should take.
+    let seconds = amount.saturating_mul(unit_seconds);
+    if seconds > MAX_LEASE_SECONDS {
+        return Err(FlagError::LeaseTooLong {
+            value: value.to_string(),
+        });
+    }
     if seconds < 3 {
         return Err(FlagError::LeaseTooShort {
             value: value.to_string(),
@@ -273,6 +289,12 @@ mod tests {
         );
         let error = parse(&["--lease-duration", "1s"]).expect_err("too short");
         assert!(error.to_string().contains("at least 3s"), "{error}");
+        for absurd in ["25h", "18446744073709551615h", "99999999999999999999"] {
+            let error = parse(&["--lease-duration", absurd]).expect_err("too long or too big");
+            assert!(error.to_string().contains("--lease-duration"), "{error}");
+        }
+        let error = parse(&["--lease-duration", "24h"]).map(|flags| flags.lease_duration);
+        assert_eq!(error.ok(), Some(Duration::from_secs(86_400)));
         let error = parse(&["--lease-duration", "15d"]).expect_err("unknown unit");
         assert!(error.to_string().contains("unknown unit"), "{error}");
         let error = parse(&["--log-format", "xml"]).expect_err("unknown format");

@@ -387,6 +387,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_idle_kept_alive_connection_is_closed_after_the_header_read_timeout() {
+        let limits = ServerLimits {
+            header_read: Duration::from_millis(200),
+            connection: Duration::from_secs(60),
+        };
+        let (addr, _) = start_with(Leadership::Leader, limits).await;
+        let mut stream = TcpStream::connect(addr).await.expect("connects");
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("writes");
+        let received = closed_by_server(&mut stream, Duration::from_secs(30))
+            .await
+            .expect("closed before the deadline");
+        assert!(received.starts_with("HTTP/1.1 200"), "{received}");
+    }
+
+    #[tokio::test]
     async fn readyz_is_ok_without_leader_election() {
         let (addr, _) = start(Leadership::Disabled).await;
         assert_eq!(get(addr, "/readyz").await.0, 200);
