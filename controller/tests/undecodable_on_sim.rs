@@ -4,7 +4,8 @@
 //! Warning event naming the field, written once (not again after a relist or after our own
 //! status write), while a control Rollout beside them rolls out and becomes Healthy; fixed, the
 //! bad one rolls out too. An AnalysisRun with a web `jsonBody` nested 140 levels deep gets the
-//! Error phase naming the field while a control run beside it is measured.
+//! Error phase naming the field while a control run beside it is measured. A Rollout broken in
+//! the middle of a canary keeps its step and its ReplicaSets, and goes on from there once fixed.
 
 mod support;
 
@@ -297,4 +298,72 @@ async fn an_undecodable_analysis_run_errors_and_the_others_are_measured() {
     })
     .await;
     assert!(events[0].contains(field), "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_broken_mid_canary_keeps_its_place_and_goes_on_once_fixed() {
+    let cluster = Sim::start_named(TEMP_PREFIX, "mid-canary");
+    let client = &cluster.client;
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    cluster
+        .create_rollout(canary_rollout("web", 2, "app:v1", steps))
+        .await;
+    let _controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    cluster.wait_healthy(DEADLINE, "web", 2).await;
+    cluster.set_image("web", "app:v2").await;
+    let replica_sets = eventually(DEADLINE, "web paused at step 1, pods up", || async {
+        let status = cluster.status("web").await;
+        let paused = status.current_step_index == Some(1) && !status.pause_conditions.is_empty();
+        let replica_sets = cluster.replica_sets("web").await;
+        let up = replica_sets.len() == 2
+            && replica_sets
+                .values()
+                .all(|(replicas, available)| replicas == available);
+        (paused && up).then_some(replica_sets)
+    })
+    .await;
+
+    // Broken by hand, with a new image beside it that, acted on, would make a third ReplicaSet.
+    let broken = json!({"spec": {"replicas": 3_000_000_000u64, "template": {"spec": {"containers": [{"name": "app", "image": "app:v3"}]}}}});
+    let request = hyper::Request::patch(format!("{}/web", collection_path("rollouts")))
+        .header("content-type", "application/merge-patch+json")
+        .body(serde_json::to_vec(&broken).expect("encodes the patch"))
+        .expect("a request");
+    client
+        .request_text(request)
+        .await
+        .expect("breaks spec.replicas");
+    let reported: RolloutStatus = eventually(DEADLINE, "web InvalidSpec", || async {
+        let status: RolloutStatus = raw_status(client, "rollouts", "web").await;
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "InvalidSpec" && c.message.contains("spec.replicas"))
+            .then_some(status)
+    })
+    .await;
+    assert_eq!(reported.current_step_index, Some(1), "{reported:?}");
+    assert_eq!(reported.observed_generation, "3", "{reported:?}");
+    assert_eq!(cluster.replica_sets("web").await, replica_sets);
+
+    // Fixed back to the revision it was rolling out: still paused at step 1, nothing new.
+    cluster
+        .rollouts()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "app", "image": "app:v2"}]}}}})),
+        )
+        .await
+        .expect("fixes spec.replicas");
+    let fixed = eventually(DEADLINE, "web valid again", || async {
+        let status = cluster.status("web").await;
+        let valid = status.observed_generation == "4"
+            && status.conditions.iter().all(|c| c.type_ != "InvalidSpec");
+        valid.then_some(status)
+    })
+    .await;
+    assert_eq!(fixed.current_step_index, Some(1), "{fixed:?}");
+    assert!(!fixed.pause_conditions.is_empty(), "{fixed:?}");
+    assert_eq!(cluster.replica_sets("web").await, replica_sets);
 }
