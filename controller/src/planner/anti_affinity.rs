@@ -72,26 +72,33 @@ pub fn inject(template: &mut Value, rollout: &Rollout, current_hash: &str) {
         ),
         None => ("requiredDuringSchedulingIgnoredDuringExecution", term),
     };
-    let anti = object_at(template, &["spec", "affinity", "podAntiAffinity"]);
-    if !anti[list].is_array() {
-        anti[list] = json!([]);
+    let Some(anti) = object_at(template, &["spec", "affinity", "podAntiAffinity"]) else {
+        return;
+    };
+    let terms = anti.entry(list).or_insert_with(|| json!([]));
+    if !terms.is_array() {
+        *terms = json!([]);
     }
-    if let Some(terms) = anti[list].as_array_mut() {
+    if let Some(terms) = terms.as_array_mut() {
         terms.push(entry);
     }
 }
 
 /// The object at `path` under `value`, created (replacing anything that is not an object) on
-/// the way.
-fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Value {
-    let mut at = value;
+/// the way; `None` when `value` itself is not an object.
+fn object_at<'a>(
+    value: &'a mut Value,
+    path: &[&str],
+) -> Option<&'a mut serde_json::Map<String, Value>> {
+    let mut at = value.as_object_mut()?;
     for key in path {
-        if !at[*key].is_object() {
-            at[*key] = json!({});
+        let next = at.entry(*key).or_insert_with(|| json!({}));
+        if !next.is_object() {
+            *next = json!({});
         }
-        at = &mut at[*key];
+        at = next.as_object_mut()?;
     }
-    at
+    Some(at)
 }
 
 /// The revision an injected term in `template` keeps pods away from, if it has one.
@@ -284,6 +291,31 @@ mod tests {
             inject(&mut template, &rollout, current);
             assert_eq!(template, json!({"spec": {}}), "stable {stable:?}");
             assert_eq!(injected_stable_hash(&template), None);
+        }
+    }
+
+    #[test]
+    fn a_template_of_any_shape_is_injected_into_or_left_alone() {
+        let rollout = Rollout::test_canary("web", vec![CanaryStep::weight(20)])
+            .with_canary(|canary| canary.anti_affinity = Some(preferred(50)));
+        let rollout = with_stable(rollout, "stable1");
+        for shape in [
+            json!("a string"),
+            json!([1, 2]),
+            json!(null),
+            json!({"spec": "a string"}),
+            json!({"spec": {"affinity": [1]}}),
+            json!({"spec": {"affinity": {"podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": "x"
+            }}}}),
+        ] {
+            let mut template = shape.clone();
+            inject(&mut template, &rollout, "canary1");
+            if shape.is_object() {
+                assert_eq!(injected_stable_hash(&template).as_deref(), Some("stable1"));
+            } else {
+                assert_eq!(template, shape);
+            }
         }
     }
 }

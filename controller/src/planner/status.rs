@@ -39,11 +39,9 @@ pub fn is_healthy(
     next: &RolloutStatus,
 ) -> bool {
     let replicas = spec.effective_replicas();
-    let step_count = spec
-        .strategy
-        .canary
-        .as_ref()
-        .map_or(0, |canary| canary.steps().len() as i32);
+    let step_count = spec.strategy.canary.as_ref().map_or(0, |canary| {
+        i32::try_from(canary.steps().len()).unwrap_or(i32::MAX)
+    });
     let executed_all_steps = match next.current_step_index {
         Some(index) if step_count > 0 => index == step_count,
         _ => true,
