@@ -32,10 +32,15 @@ pub struct Claim {
     pub name: String,
 }
 
+/// The field reported for an object a router makes from the spec rather than names (the nginx
+/// canary Ingress, `<rollout>-<stable ingress>-canary`).
+const MADE_BY_ROUTER: &str = "spec.strategy.canary.trafficRouting";
+
 /// The Services (stable, canary, active, preview) and the router objects (nginx stable
-/// Ingresses, Istio VirtualServices and DestinationRule, Gateway API HTTPRoutes) `rollout`
-/// names, each once, in spec order. Objects a router creates for one Rollout (the nginx canary
-/// Ingress, named after it) are not claims.
+/// Ingresses and the canary Ingresses made from them, Istio VirtualServices and
+/// DestinationRule, Gateway API HTTPRoutes) `rollout` names, each once, in spec order. A canary
+/// Ingress is named after its Rollout, but two names can still meet (`a-b` with stable Ingress
+/// `c`, `a` with `b-c`): then it is shared like any other object.
 pub fn claims_of(rollout: &Rollout) -> Vec<Claim> {
     let namespace = rollout.namespace().unwrap_or_default();
     let services = named_services(rollout)
@@ -48,13 +53,11 @@ pub fn claims_of(rollout: &Rollout) -> Vec<Claim> {
         });
     let routers = rollouts_traffic::router_objects(rollout)
         .into_iter()
-        .filter_map(|object| {
-            Some(Claim {
-                field: object.field?,
-                kind: object.kind.kind,
-                namespace: object.namespace,
-                name: object.name,
-            })
+        .map(|object| Claim {
+            field: object.field.unwrap_or(MADE_BY_ROUTER),
+            kind: object.kind.kind,
+            namespace: object.namespace,
+            name: object.name,
         });
     let mut claims: Vec<Claim> = Vec::new();
     for claim in services.chain(routers) {
@@ -255,6 +258,27 @@ impl Claims {
             .collect()
     }
 
+    /// The Rollouts naming the `kind` object `namespace/name`: whom a watch event about it
+    /// concerns.
+    pub fn naming(
+        &self,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> Vec<ObjectRef<Rollout>> {
+        let key = ObjectKey {
+            kind,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        self.state()
+            .live
+            .by_object
+            .get(&key)
+            .map(|sharing| sharing.iter().map(RolloutKey::object_ref).collect())
+            .unwrap_or_default()
+    }
+
     /// How many Rollouts are indexed.
     pub fn len(&self) -> usize {
         self.state().live.rollouts.len()
@@ -391,6 +415,39 @@ mod tests {
         assert_eq!(names(&wake), vec!["a", "b", "gone"]);
         assert_eq!(claims.len(), 2);
         assert!(claims.others(("shop", "x"), &stable("old")).is_empty());
+    }
+
+    #[test]
+    fn a_router_object_event_finds_the_rollouts_naming_it_including_the_made_canary_ingress() {
+        let mut routed = rollout("a", 10, "web");
+        let canary = routed.spec.strategy.canary.as_mut().expect("a canary");
+        canary.canary_service = Some("web-canary".into());
+        canary.traffic_routing = Some(
+            serde_json::from_value(serde_json::json!({"nginx": {"stableIngress": "shop"}}))
+                .expect("a trafficRouting"),
+        );
+        let claims = Claims::default();
+        claims.apply(&Event::Apply(routed.clone()));
+        claims.apply(&Event::Apply(rollout("b", 20, "web")));
+        let ingress = rollouts_traffic::INGRESS.kind;
+        assert_eq!(names(&claims.naming(ingress, "shop", "shop")), vec!["a"]);
+        let made = claims_of(&routed)
+            .into_iter()
+            .find(|claim| claim.field == MADE_BY_ROUTER)
+            .expect("the canary Ingress");
+        assert_eq!(
+            names(&claims.naming(ingress, "shop", &made.name)),
+            vec!["a"]
+        );
+        assert_eq!(
+            names(&claims.naming(SERVICE, "shop", "web")),
+            vec!["a", "b"]
+        );
+        assert!(
+            claims.naming(ingress, "shop", "web").is_empty(),
+            "kinds apart"
+        );
+        assert!(claims.naming(ingress, "other", "shop").is_empty());
     }
 
     #[test]

@@ -209,7 +209,8 @@ pub async fn run(flags: Flags) -> Result<()> {
     let claims = Arc::new(Claims::default());
     let rollout_controller = rollout_controller(&client, namespace, &selector, &caches, &claims)
         .with_config(controller::Config::default().concurrency(flags.concurrency));
-    let rollout_controller = watch_router_objects(rollout_controller, &client, namespace).await;
+    let rollout_controller =
+        watch_router_objects(rollout_controller, &client, namespace, &claims).await;
 
     let metrics = Arc::new(Metrics::new(rollout_controller.store()));
     let diagnostics = Arc::new(Diagnostics::new(if flags.leader_elect {
@@ -667,10 +668,10 @@ async fn watch_router_objects(
     rollout_controller: Controller<Rollout>,
     client: &Client,
     namespace: Option<&str>,
+    claims: &Arc<Claims>,
 ) -> Controller<Rollout> {
     use kube::ResourceExt;
     use kube::api::DynamicObject;
-    use kube::runtime::reflector::ObjectRef;
 
     let mut rollout_controller = rollout_controller;
     let kinds = [
@@ -701,22 +702,13 @@ async fn watch_router_objects(
             // The watcher retries on its own; the kind is there but the list failed this once.
             Err(error) => tracing::warn!(kind = kind.kind, %error, "cannot list router objects"),
         }
-        let rollouts = rollout_controller.store();
         // Only the name and namespace are read, so an object that does not decode (nested too
-        // deep) still triggers the Rollouts naming it, and never fails the watch.
+        // deep) still triggers the Rollouts naming it, and never fails the watch. The claims
+        // index answers who names it, without going through every Rollout.
+        let claims = claims.clone();
         let mapper = move |object: Decoded<DynamicObject>| {
             let object_namespace = object.namespace().unwrap_or_default();
-            let object_name = object.name_any();
-            rollouts
-                .state()
-                .into_iter()
-                .filter(|rollout| {
-                    rollouts_traffic::router_objects(rollout)
-                        .iter()
-                        .any(|named| named.is(kind.kind, &object_namespace, &object_name))
-                })
-                .map(|rollout| ObjectRef::from_obj(rollout.as_ref()))
-                .collect::<Vec<_>>()
+            claims.naming(kind.kind, &object_namespace, &object.name_any())
         };
         tracing::info!(kind = kind.kind, "watching router objects");
         let api: Api<Decoded<DynamicObject>> = match namespace {
