@@ -2,7 +2,8 @@
 //! the same Service. The second is refused with `InvalidSpec` naming the first, as Argo does;
 //! the first rolls out undisturbed; nothing flaps (the Service is written once per revision of
 //! the first, the second's status is written once); once the first is deleted the second
-//! proceeds, and the first's metric series leave `/metrics`.
+//! proceeds, and the first's metric series leave `/metrics`. The same for a Rollout that stops
+//! naming the Service, and for two Rollouts on one nginx stable Ingress.
 
 mod support;
 
@@ -205,4 +206,71 @@ async fn a_rollout_that_stops_naming_the_service_frees_it_at_once() {
             .then_some(())
     })
     .await;
+}
+
+/// A canary of 2 pods labelled `app: <name>` behind Services `<name>-stable` and
+/// `<name>-canary`, routed through the nginx Ingress `shop`.
+fn routed_rollout(name: &str) -> Rollout {
+    serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "app:v1"}]}
+            },
+            "strategy": {"canary": {
+                "stableService": format!("{name}-stable"),
+                "canaryService": format!("{name}-canary"),
+                "trafficRouting": {"nginx": {"stableIngress": "shop"}},
+                "steps": [{"setWeight": 50}, {"pause": {"duration": "1s"}}]
+            }}
+        }
+    }))
+    .expect("a valid Rollout")
+}
+
+#[tokio::test]
+async fn the_second_rollout_on_an_ingress_is_refused_until_the_first_is_deleted() {
+    let sim = Sim::start_named("rollouts-shared-service-on-sim", "ingress");
+    let _controller = Controller::start(&sim.kubeconfig, DEADLINE);
+    for name in ["first", "second"] {
+        sim.create_service(&format!("{name}-stable"), name).await;
+        sim.create_service(&format!("{name}-canary"), name).await;
+    }
+    let path = |service: &str, prefix: &str| {
+        json!({"path": prefix, "pathType": "Prefix",
+            "backend": {"service": {"name": service, "port": {"number": 80}}}})
+    };
+    let ingress: k8s_openapi::api::networking::v1::Ingress = serde_json::from_value(json!({
+        "metadata": {"name": "shop", "namespace": NAMESPACE},
+        "spec": {"rules": [{"host": "shop.example.com", "http": {"paths": [
+            path("first-stable", "/first"), path("second-stable", "/second")
+        ]}}]}
+    }))
+    .expect("an Ingress");
+    Api::<k8s_openapi::api::networking::v1::Ingress>::namespaced(sim.client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &ingress)
+        .await
+        .expect("creates Ingress shop");
+    sim.create_rollout(routed_rollout("first")).await;
+    sim.wait_healthy(DEADLINE, "first", 2).await;
+
+    sim.create_rollout(routed_rollout("second")).await;
+    let message = eventually(DEADLINE, "second refused", || invalid_spec(&sim, "second")).await;
+    assert!(
+        message.contains(r#"spec.strategy.canary.trafficRouting.nginx.stableIngress: Ingress "shop" is managed by another Rollout, "first""#),
+        "{message}"
+    );
+    assert!(sim.owned_replica_sets("second").await.is_empty());
+
+    sim.rollouts()
+        .delete("first", &DeleteParams::default())
+        .await
+        .expect("deletes first");
+    sim.wait_healthy(DEADLINE, "second", 2).await;
+    assert_eq!(invalid_spec(&sim, "second").await, None);
 }
