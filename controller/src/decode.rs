@@ -108,7 +108,7 @@ impl DecodeError {
     pub fn fix(&self) -> &'static str {
         if self.reason.contains("levels deep") {
             "nest the value less deeply"
-        } else if self.reason.contains("expected i32") {
+        } else if self.reason.contains("expected i32") || self.reason.contains("32-bit integer") {
             "use a whole number from -2147483648 to 2147483647"
         } else if self.reason.contains("expected i64") {
             "use a whole number from -9223372036854775808 to 9223372036854775807"

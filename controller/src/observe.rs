@@ -22,6 +22,7 @@ use rollouts_traffic::TrafficRouter;
 
 use crate::claims::{Claims, SERVICE, claims_of};
 use crate::context::Context;
+use crate::decode::Decoded;
 use crate::error::{Error, Result};
 use crate::planner::{
     self, Observed, ObservedAnalysisRun, ObservedDeployment, ObservedPod, ObservedReplicaSet,
@@ -302,12 +303,19 @@ pub async fn templates(
         if templates.found.contains_key(&key) || templates.missing.contains(&key) {
             continue;
         }
+        // Decoded on their own, so a template that does not fit our types is named with the
+        // field that does not.
         let found = if key.cluster {
-            let api: Api<ClusterAnalysisTemplate> = Api::all(ctx.client.clone());
-            api.get_opt(&key.name).await.map(|t| t.map(|t| t.spec.0))
+            let api: Api<Decoded<ClusterAnalysisTemplate>> = Api::all(ctx.client.clone());
+            api.get_opt(&key.name)
+                .await
+                .and_then(|t| t.map(|t| typed(t).map(|t| t.spec.0)).transpose())
         } else {
-            let api: Api<AnalysisTemplate> = Api::namespaced(ctx.client.clone(), namespace);
-            api.get_opt(&key.name).await.map(|t| t.map(|t| t.spec))
+            let api: Api<Decoded<AnalysisTemplate>> =
+                Api::namespaced(ctx.client.clone(), namespace);
+            api.get_opt(&key.name)
+                .await
+                .and_then(|t| t.map(|t| typed(t).map(|t| t.spec)).transpose())
         }
         .map_err(|source| Error::Read {
             kind: key.kind(),
@@ -327,6 +335,16 @@ pub async fn templates(
         }
     }
     Ok(Some(templates))
+}
+
+/// The typed object, or a decode error naming the field that does not fit.
+fn typed<K>(decoded: Decoded<K>) -> std::result::Result<K, kube::Error> {
+    match decoded {
+        Decoded::Typed(object) => Ok(object),
+        Decoded::Undecodable(undecodable) => Err(kube::Error::SerdeError(
+            <serde_json::Error as serde::de::Error>::custom(undecodable.error),
+        )),
+    }
 }
 
 /// Every template reference of the spec: canary steps and background analysis, blue-green

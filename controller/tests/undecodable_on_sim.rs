@@ -6,6 +6,7 @@
 //! bad one rolls out too. An AnalysisRun with a web `jsonBody` nested 140 levels deep gets the
 //! Error phase naming the field while a control run beside it is measured. A Rollout broken in
 //! the middle of a canary keeps its step and its ReplicaSets, and goes on from there once fixed.
+//! An AnalysisTemplate that does not decode fails its Rollout's reconcile naming the field.
 
 mod support;
 
@@ -366,4 +367,49 @@ async fn a_rollout_broken_mid_canary_keeps_its_place_and_goes_on_once_fixed() {
     assert_eq!(fixed.current_step_index, Some(1), "{fixed:?}");
     assert!(!fixed.pause_conditions.is_empty(), "{fixed:?}");
     assert_eq!(cluster.replica_sets("web").await, replica_sets);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_template_is_named_with_its_field() {
+    let cluster = Sim::start_named(TEMP_PREFIX, "template");
+    create_raw(
+        &cluster.client,
+        "analysistemplates",
+        &json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "AnalysisTemplate",
+            "metadata": {"name": "broken", "namespace": NAMESPACE},
+            "spec": {"metrics": [{
+                "name": "up",
+                "count": 3_000_000_000u64,
+                "successCondition": "result[0] == 1",
+                "provider": {"prometheus": {"address": "http://127.0.0.1:9", "query": "up"}}
+            }]}
+        }),
+    )
+    .await;
+    let steps = json!([{"analysis": {"templates": [{"templateName": "broken"}]}}]);
+    cluster
+        .create_rollout(canary_rollout("web", 1, "app:v1", steps))
+        .await;
+    let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    cluster.wait_healthy(DEADLINE, "web", 1).await;
+    cluster.set_image("web", "app:v2").await;
+
+    let error = eventually(DEADLINE, "the reconcile error naming the field", || async {
+        controller
+            .logs()
+            .lock()
+            .expect("logs")
+            .iter()
+            .filter_map(|line| line["error"].as_str())
+            .find(|error| error.contains("AnalysisTemplate default/broken"))
+            .map(str::to_string)
+    })
+    .await;
+    assert!(
+        error.contains("spec.metrics[0].count")
+            && error.contains("fix: use a whole number from -2147483648 to 2147483647"),
+        "{error}"
+    );
 }
