@@ -588,11 +588,19 @@ impl Notes {
             "cannot decode the object; it is not acted on until it is fixed"
         );
         self.noted.insert(key.clone(), noted);
-        if let Some(reports) = &self.reports
-            && reports.try_send(Box::new(undecodable.clone())).is_err()
-        {
-            tracing::warn!(kind = %self.kind, object = %key, "too many undecodable objects waiting to be reported; this one is reported when it changes again");
-            self.noted.remove(&key);
+        let Some(reports) = &self.reports else {
+            return;
+        };
+        match reports.try_send(Box::new(undecodable.clone())) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(kind = %self.kind, object = %key, "too many undecodable objects waiting to be reported; this one is reported when it is seen again");
+                // Not noted: the next relist or change tries again.
+                self.noted.remove(&key);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::error!(kind = %self.kind, object = %key, "the task reporting undecodable objects has stopped; this one is logged only");
+            }
         }
     }
 }
