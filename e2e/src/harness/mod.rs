@@ -27,7 +27,7 @@ pub use binaries::{Binaries, on_path, profile_dir, target_dir};
 pub use http::BaseUrl;
 pub use kubectl::{Kubectl, Output};
 pub use objects::{AnalysisRunView, EventView, ReplicaSetView, RolloutView, owned_by};
-pub use process::{Process, poll, tail};
+pub use process::{Process, cpu_time, poll, tail};
 
 /// Environment variable: a kubeconfig of a real cluster to run the scenarios against too.
 pub const REAL_KUBECONFIG_ENV: &str = "ROLLOUTS_E2E_KUBECONFIG";
@@ -65,6 +65,8 @@ pub struct Scenario {
     prometheus_address: String,
     image: String,
     controller: RefCell<Option<Process>>,
+    /// The running controller's /healthz and /readyz address.
+    controller_health: RefCell<String>,
     controller_starts: Cell<u32>,
     /// The Rollout the failure messages describe.
     rollout: String,
@@ -137,6 +139,7 @@ impl Scenario {
             prometheus_address,
             image: SIM_IMAGE.to_string(),
             controller: RefCell::new(None),
+            controller_health: RefCell::new(String::new()),
             controller_starts: Cell::new(0),
             rollout: rollout.to_string(),
             deadline_factor: 1,
@@ -196,6 +199,7 @@ impl Scenario {
             prometheus_address,
             image,
             controller: RefCell::new(None),
+            controller_health: RefCell::new(String::new()),
             controller_starts: Cell::new(0),
             rollout: rollout.to_string(),
             deadline_factor: REAL_DEADLINE_FACTOR,
@@ -317,6 +321,34 @@ impl Scenario {
             ),
         }
         *slot = Some(controller);
+        *self.controller_health.borrow_mut() = health;
+    }
+
+    /// The running controller as seen from outside: alive or how it exited, `/readyz`, and
+    /// the CPU time it has used so far (user + system, from `/proc`).
+    pub fn controller_state(&self) -> ControllerState {
+        let mut slot = self.controller.borrow_mut();
+        let Some(controller) = slot.as_mut() else {
+            return ControllerState {
+                exited: Some("not started".to_string()),
+                ready: false,
+                cpu: None,
+            };
+        };
+        let exited = controller.exited();
+        let ready = exited.is_none()
+            && matches!(
+                http::get(&self.controller_health.borrow(), "/readyz"),
+                Ok((200, _))
+            );
+        ControllerState {
+            cpu: exited
+                .is_none()
+                .then(|| process::cpu_time(controller.id()))
+                .flatten(),
+            exited,
+            ready,
+        }
     }
 
     /// What a failure message shows: the Rollout's status, its recent events and the
@@ -486,6 +518,17 @@ fn render<'a>(text: &str, vars: impl Iterator<Item = &'a (&'a str, &'a str)>) ->
     vars.fold(text.to_string(), |text, (name, value)| {
         text.replace(&format!("${{{name}}}"), value)
     })
+}
+
+/// The controller process at one moment, see [`Scenario::controller_state`].
+#[derive(Debug, Clone)]
+pub struct ControllerState {
+    /// How it exited, when it did.
+    pub exited: Option<String>,
+    /// `/readyz` answered 200.
+    pub ready: bool,
+    /// CPU time used since it started (None where `/proc` cannot be read).
+    pub cpu: Option<Duration>,
 }
 
 /// The state a scenario starts from.

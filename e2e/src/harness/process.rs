@@ -121,6 +121,35 @@ fn open_log(path: &Path) -> Result<File, String> {
         .map_err(|e| format!("cannot open the log {}: {e}", path.display()))
 }
 
+/// User + system CPU time of process `pid` so far, from `/proc/<pid>/stat` (Linux); None
+/// when it cannot be read.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Fields 14 and 15 of the file (utime, stime) are the 12th and 13th after the name.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let ticks = clock_ticks_per_second()?;
+    Some(Duration::from_secs_f64(
+        (utime.saturating_add(stime)) as f64 / ticks as f64,
+    ))
+}
+
+/// `getconf CLK_TCK` (100 on every Linux this runs on, asked rather than assumed).
+fn clock_ticks_per_second() -> Option<u64> {
+    static TICKS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        let out = Command::new("getconf").arg("CLK_TCK").output().ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .ok()
+            .filter(|t| *t > 0)
+    })
+}
+
 /// The last `lines` lines of a file ("" when it cannot be read).
 pub fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
