@@ -732,6 +732,26 @@ mod tests {
     }
 
     #[test]
+    fn a_field_in_pretty_printed_json_is_found_by_line_and_column() {
+        let text = serde_json::to_string_pretty(&json!({
+            "metadata": {"name": "web", "annotations": {"example.com/a": "b"}},
+            "spec": {"strategy": {"canary": {"steps": [{"setWeight": 3_000_000_000u64}]}}},
+        }))
+        .expect("encodes");
+        let bad = undecodable(Decoded::from_json(&text));
+        assert_eq!(bad.error.path, "spec.strategy.canary.steps[0].setWeight");
+    }
+
+    #[test]
+    fn keys_that_are_not_identifiers_are_quoted() {
+        let segments = path_at(r#"{"metadata":{"annotations":{"example.com/a":1"#, 44);
+        assert_eq!(
+            format_path(&segments),
+            r#"metadata.annotations["example.com/a"]"#
+        );
+    }
+
+    #[test]
     fn a_field_inside_an_array_is_named_with_its_index() {
         let bad = undecodable(Decoded::from_json(&rollout(json!({
             "strategy": {"canary": {"steps": [{"setWeight": 10}, {"setWeight": 3_000_000_000u64}]}}
