@@ -1,10 +1,12 @@
 //! The real binary against kube-sim when the API server misbehaves: a leader whose Lease
-//! renewals hang stops acting before its lease can expire, and start-up retries through server
-//! errors until the controller is Ready and rolls out.
+//! renewals hang stops acting before its lease can expire, and its standby takes over only
+//! after that; start-up retries through server errors until the controller is Ready and rolls
+//! out.
 //!
 //! Timing is never asserted: the lease test compares the order of events on one clock (the
 //! last write of the leader the test saw, which is no earlier than the write itself, against
-//! the expiry its last renewal wrote into the Lease).
+//! the expiry its last renewal wrote into the Lease, and that against the time the standby
+//! wrote when it took the Lease).
 
 mod support;
 
@@ -145,6 +147,20 @@ async fn a_leader_whose_lease_renewals_hang_stops_acting_before_its_lease_expire
     );
     controller.log("became leader").await;
     cluster.wait_healthy(DEADLINE, "web", 2).await;
+    let leader = controller.log("waiting for the leader lease").await["identity"].clone();
+    // A standby, which must not act before the leader's lease has expired.
+    let standby = Controller::start(
+        &cluster.kubeconfig,
+        &[
+            "--leader-elect=true",
+            "--leader-election-namespace",
+            NAMESPACE,
+            "--lease-duration",
+            "6s",
+        ],
+    );
+    let standby_identity = standby.log("waiting for the leader lease").await["identity"].clone();
+    assert_ne!(leader, standby_identity);
 
     // From now on no Lease request is answered.
     cluster.sim.set_faults(Faults {
@@ -200,13 +216,20 @@ async fn a_leader_whose_lease_renewals_hang_stops_acting_before_its_lease_expire
         "{lost}"
     );
 
-    // Release the held requests and read the lease the last successful renewal left.
+    // Nothing of the dead leader's arrives later (its held Lease reads aside), and the standby
+    // has not acted either.
+    assert_eq!(controller_requests(&cluster), requests_at_exit);
+
+    // Release the held requests and read the lease the leader's last renewal left: the
+    // standby cannot have written it before it expires.
     cluster.sim.set_faults(Faults::default());
-    let lease = Api::<Lease>::namespaced(cluster.client.clone(), NAMESPACE)
+    let leases = Api::<Lease>::namespaced(cluster.client.clone(), NAMESPACE);
+    let lease = leases
         .get("rollouts-controller-lock")
         .await
         .expect("reads the Lease");
     let spec = lease.spec.expect("a Lease spec");
+    assert_eq!(spec.holder_identity.as_deref(), leader.as_str());
     let renewed = spec.renew_time.expect("renewed at least once").0;
     let duration = spec.lease_duration_seconds.expect("a lease duration");
     assert_eq!(duration, 6);
@@ -233,8 +256,22 @@ async fn a_leader_whose_lease_renewals_hang_stops_acting_before_its_lease_expire
         expires.duration_since(last_write_seen),
         expires.duration_since(exited_seen)
     );
-    // Nothing of the dead leader's arrives later (its held Lease reads aside).
-    assert_eq!(controller_requests(&cluster), requests_at_exit);
+
+    // The standby takes over, and only once the old lease has expired.
+    standby.log("became leader").await;
+    let taken = leases
+        .get("rollouts-controller-lock")
+        .await
+        .expect("reads the Lease")
+        .spec
+        .expect("a Lease spec");
+    assert_eq!(taken.holder_identity.as_deref(), standby_identity.as_str());
+    let acquired = taken.acquire_time.expect("an acquire time").0;
+    assert!(
+        acquired >= expires,
+        "the standby took the lease at {acquired}, before it expired at {expires}"
+    );
+    assert_eq!(taken.lease_transitions, Some(1));
 }
 
 #[tokio::test]
