@@ -1,6 +1,7 @@
 //! Prometheus metrics under Argo Rollouts' names: `rollout_reconcile` (histogram),
 //! `rollout_reconcile_error`, `rollout_events_total`, `rollout_info` and its replica gauges
-//! (read from the watch cache at scrape time), and `argo_rollouts_controller_info`.
+//! (read from the watch cache at scrape time), and `argo_rollouts_controller_info`; ours:
+//! `rollouts_controller_reconcile_panics_total` (by controller, never per object).
 //!
 //! prometheus-client writes OpenMetrics, where every counter sample ends in `_total`: Argo's
 //! `rollout_reconcile_error` is therefore scraped as `rollout_reconcile_error_total`.
