@@ -9,6 +9,7 @@ pub mod crdgen;
 pub mod defaults;
 pub mod duration;
 pub mod experiment;
+pub mod expression;
 pub mod field_error;
 pub mod rollout;
 pub mod validation;

@@ -957,3 +957,23 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_condition_nested_too_deep_ends_the_run_in_error_before_parsing() {
+    let mut deep = metric("deep");
+    deep.success_condition = Some(format!(
+        "{}result[0]{} > 0",
+        "(".repeat(50_000),
+        ")".repeat(50_000)
+    ));
+    let status = AnalysisRunStatus::default();
+    let Plan::Invalid { message } = plan(&spec(vec![deep]), &status, at(0)) else {
+        panic!("a condition over the bounds is invalid");
+    };
+    assert!(
+        message.starts_with("Analysis spec invalid: spec.metrics[0].successCondition: "),
+        "{message}"
+    );
+    assert!(message.contains("over the limit of 4096"), "{message}");
+    assert!(message.len() < 1000, "{message}");
+}

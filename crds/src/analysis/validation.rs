@@ -12,6 +12,7 @@ use super::{
 };
 use crate::FieldError;
 use crate::duration;
+use crate::expression;
 
 /// The integer an `IntOrString` limit holds. A string must be a base-10 integer (after
 /// `{{args.x}}` substitution).
@@ -241,8 +242,38 @@ fn validate_duration(value: Option<&str>, field: &str, at: &str, errors: &mut Ve
     }
 }
 
+/// An expression within [`expression::MAX_LENGTH`] and [`expression::MAX_NESTING`]; one with
+/// `{{args.x}}` in it is checked as written too (an argument rarely adds brackets, and the
+/// evaluator checks again after substitution).
+fn validate_expression(value: Option<&str>, field: &str, at: &str, errors: &mut Vec<FieldError>) {
+    let Some(text) = value else { return };
+    if let Err(reason) = expression::check_bounds(text) {
+        errors.push(FieldError::new(
+            format!("{at}.{field}"),
+            reason.to_string(),
+            format!(
+                "write {field} as an expression of at most {} bytes with brackets nested at most {} deep",
+                expression::MAX_LENGTH,
+                expression::MAX_NESTING
+            ),
+        ));
+    }
+}
+
 fn validate_metric(metric: &Metric, at: &str) -> Vec<FieldError> {
     let mut errors = Vec::new();
+    validate_expression(
+        metric.success_condition.as_deref(),
+        "successCondition",
+        at,
+        &mut errors,
+    );
+    validate_expression(
+        metric.failure_condition.as_deref(),
+        "failureCondition",
+        at,
+        &mut errors,
+    );
     let count = limit(metric.count.as_ref(), "count", at, &mut errors);
     let failure = limit(
         metric.failure_limit.as_ref(),
@@ -422,12 +453,10 @@ fn validate_provider(metric: &Metric, at: &str) -> Vec<FieldError> {
             ));
         }
         if let Some(range) = &prometheus.range_query {
-            validate_duration(
-                range.step.as_deref(),
-                "step",
-                &format!("{at}.rangeQuery"),
-                &mut errors,
-            );
+            let range_at = format!("{at}.rangeQuery");
+            validate_duration(range.step.as_deref(), "step", &range_at, &mut errors);
+            validate_expression(range.start.as_deref(), "start", &range_at, &mut errors);
+            validate_expression(range.end.as_deref(), "end", &range_at, &mut errors);
         }
     }
     if let Some(web) = &metric.provider.web {
@@ -607,6 +636,39 @@ mod tests {
             validate_template_spec(&spec(vec![metric("ok")]), "spec"),
             vec![]
         );
+    }
+
+    #[test]
+    fn expressions_past_the_bounds_are_refused_before_parsing() {
+        let deep = format!("{}result{} > 0", "(".repeat(50_000), ")".repeat(50_000));
+        let mut m = metric("deep");
+        m.success_condition = Some(deep.clone());
+        m.failure_condition = Some(format!("{}1{}", "[".repeat(100), "]".repeat(100)));
+        let mut range = PrometheusMetric {
+            address: Some("http://prometheus:9090".into()),
+            query: Some("up".into()),
+            ..Default::default()
+        };
+        range.range_query = Some(crate::analysis::PrometheusRangeQueryArgs {
+            start: Some(deep),
+            end: Some("now()".into()),
+            step: Some("1m".into()),
+        });
+        m.provider.prometheus = Some(range);
+        let errors = validate_template_spec(&spec(vec![m]), "spec");
+        assert_eq!(
+            paths(&errors),
+            [
+                "spec.metrics[0].successCondition",
+                "spec.metrics[0].failureCondition",
+                "spec.metrics[0].provider.prometheus.rangeQuery.start",
+            ]
+        );
+        assert!(
+            errors[0].reason.contains("over the limit of 4096"),
+            "{errors:#?}"
+        );
+        assert!(errors[1].reason.contains("100 deep"), "{errors:#?}");
     }
 
     #[test]
