@@ -495,10 +495,10 @@ fn serve(mut stream: TcpStream) {
             Ok(0) | Err(_) => return,
             Ok(_) if header == "\r\n" => break,
             Ok(_) => {
-                if let Some((name, value)) = header.split_once(':') {
-                    if name.eq_ignore_ascii_case("content-length") {
-                        content_length = value.trim().parse().unwrap_or(0);
-                    }
+                if let Some((name, value)) = header.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    content_length = value.trim().parse().unwrap_or(0);
                 }
             }
         }
