@@ -924,4 +924,95 @@ mod tests {
             assert!(err.contains(reason), "{bad:?}: {err}");
         }
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Tokens of the query-string forms, so generated selectors often parse.
+        fn selector_text() -> impl Strategy<Value = String> {
+            let token = prop_oneof![
+                Just("app"),
+                Just("a.b/c"),
+                Just("x"),
+                Just("="),
+                Just("=="),
+                Just("!="),
+                Just("!"),
+                Just(","),
+                Just(" in "),
+                Just(" notin "),
+                Just("("),
+                Just(")"),
+                Just(">"),
+                Just("<"),
+                Just("5"),
+                Just("-9223372036854775808"),
+                Just("99999999999999999999"),
+                Just("\\,"),
+                Just("\\="),
+                Just("\\\\"),
+                Just("metadata.name"),
+                Just("."),
+                Just(" "),
+            ];
+            prop_oneof![
+                proptest::collection::vec(token, 0..12).prop_map(|t| t.concat()),
+                "\\PC{0,30}",
+            ]
+        }
+
+        fn labels() -> impl Strategy<Value = Map<String, Value>> {
+            proptest::collection::btree_map(
+                prop_oneof![Just("app".to_string()), Just("x".to_string()), "[a-z]{1,3}"],
+                prop_oneof![
+                    "[a-z0-9]{0,3}".prop_map(Value::from),
+                    any::<i64>().prop_map(|n| Value::from(n.to_string())),
+                    Just(Value::Null),
+                ],
+                0..4,
+            )
+            .prop_map(|m| m.into_iter().collect())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(500))]
+
+            /// Any text: a selector or an error naming it; a selector matches any labels.
+            #[test]
+            fn any_label_selector_parses_or_errs(text in selector_text(), l in labels()) {
+                if let Ok(selector) = LabelSelector::parse(&text) {
+                    let _ = selector.matches(Some(&l));
+                    let _ = selector.to_string();
+                }
+            }
+
+            #[test]
+            fn any_field_selector_parses_or_errs(text in selector_text()) {
+                let _ = FieldSelector::parse(&text);
+            }
+
+            /// Any structured selector, however malformed.
+            #[test]
+            fn any_structured_selector_parses_or_errs(
+                key in prop_oneof![Just("app".to_string()), "\\PC{0,8}"],
+                operator in prop_oneof![
+                    Just("In"), Just("NotIn"), Just("Exists"), Just("DoesNotExist"), Just("Gt"),
+                    Just("Lt"), Just("in"), Just(""),
+                ],
+                values in proptest::option::of(proptest::collection::vec("\\PC{0,6}", 0..3)),
+                match_labels in proptest::option::of(labels()),
+                l in labels(),
+            ) {
+                let selector = json!({
+                    "matchLabels": match_labels,
+                    "matchExpressions": [{"key": key, "operator": operator, "values": values}],
+                });
+                if let Ok(selector) = LabelSelector::from_json(&selector) {
+                    let _ = selector.matches(Some(&l));
+                }
+            }
+        }
+    }
 }
