@@ -236,7 +236,8 @@ impl LeaderElection {
     }
 
     /// One round: read the Lease, decide, and write it when acquiring or renewing. A write
-    /// that loses a race (409) counts as Wait: the other candidate won this round.
+    /// that loses a race (409) is an error: the next round reads who won. (For a leader, the
+    /// race may be with its own earlier renewal, answered too late but applied.)
     async fn try_acquire_or_renew(&self) -> Result<LeaderDecision> {
         let now = Timestamp::now();
         let existing = self
@@ -277,13 +278,9 @@ impl LeaderElection {
                 .await?
             }
         };
-        match written {
-            Ok(_) => Ok(decision),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                Ok(LeaderDecision::Wait(self.timing.retry_period))
-            }
-            Err(error) => Err(self.lease_error(error)),
-        }
+        written
+            .map(|_| decision)
+            .map_err(|error| self.lease_error(error))
     }
 
     fn spec(&self, acquired: Timestamp, renewed: Timestamp, transitions: i32) -> LeaseSpec {
@@ -395,6 +392,54 @@ mod tests {
             decide(&never_renewed, "me", at(100)),
             LeaderDecision::Acquire
         );
+    }
+
+    /// A leader whose renewals conflict (as when an earlier renewal, answered too late, was
+    /// applied after all) keeps the lease once a renewal goes through.
+    #[tokio::test]
+    async fn a_leader_keeps_its_lease_through_renewal_conflicts() {
+        use rollouts_e2e::sim::{Faults, SimOptions, start};
+
+        let sim = start(SimOptions::default()).expect("kube-sim starts");
+        let config = kube::Config::new(sim.url().parse().expect("a URI"));
+        let client = kube::Client::try_from(config).expect("a client");
+        let election = LeaderElection::new(
+            Api::namespaced(client, "default"),
+            "default",
+            "lock",
+            "me".to_string(),
+            Duration::from_secs(3),
+        );
+        let acquired = election.acquire().await;
+        let holder = tokio::spawn({
+            let election = election.clone();
+            async move { election.hold(acquired).await }
+        });
+        let renewals = |code: u16| {
+            sim.requests()
+                .iter()
+                .filter(|r| r.resource == "leases" && r.verb == "update" && r.code == code)
+                .count()
+        };
+        sim.set_faults(Faults {
+            conflict_rate: 1.0,
+            ..Faults::default()
+        });
+        wait_until(|| renewals(409) > 0).await;
+        // Every renewal from now until the faults are cleared conflicts.
+        let renewed_before = renewals(200);
+        sim.set_faults(Faults::default());
+        wait_until(|| renewals(200) > renewed_before).await;
+        assert!(!holder.is_finished(), "the leader gave up on a conflict");
+        holder.abort();
+    }
+
+    async fn wait_until(condition: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !condition() {
+            assert!(tokio::time::Instant::now() < deadline, "not reached");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[test]
