@@ -117,7 +117,9 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Index {
     rollouts: HashMap<RolloutKey, Entry>,
-    by_object: HashMap<ObjectKey, BTreeSet<RolloutKey>>,
+    /// Sorted; almost always one Rollout, so a `Vec` of exactly that (a set would allocate a
+    /// whole tree node per object).
+    by_object: HashMap<ObjectKey, Vec<RolloutKey>>,
 }
 
 impl Index {
@@ -140,9 +142,14 @@ impl Index {
         }
         let mut affected = self.remove(&key);
         for object in &objects {
-            let sharing = self.by_object.entry(object.clone()).or_default();
+            let sharing = self
+                .by_object
+                .entry(object.clone())
+                .or_insert_with(|| Vec::with_capacity(1));
             affected.extend(sharing.iter().cloned());
-            sharing.insert(key.clone());
+            if let Err(at) = sharing.binary_search(&key) {
+                sharing.insert(at, key.clone());
+            }
         }
         self.rollouts
             .insert(key.clone(), Entry { created, objects });
@@ -158,7 +165,7 @@ impl Index {
         };
         for object in &entry.objects {
             if let Some(sharing) = self.by_object.get_mut(object) {
-                sharing.remove(key);
+                sharing.retain(|other| other != key);
                 affected.extend(sharing.iter().cloned());
                 if sharing.is_empty() {
                     self.by_object.remove(object);
@@ -448,6 +455,27 @@ mod tests {
             "kinds apart"
         );
         assert!(claims.naming(ingress, "other", "shop").is_empty());
+    }
+
+    #[test]
+    fn a_blue_green_active_service_and_a_canary_stable_service_are_one_object() {
+        let mut blue_green = Rollout::test_blue_green("bg");
+        blue_green.metadata.namespace = Some("shop".into());
+        let fields: Vec<&str> = claims_of(&blue_green).iter().map(|c| c.field).collect();
+        assert_eq!(
+            fields,
+            vec![
+                "spec.strategy.blueGreen.activeService",
+                "spec.strategy.blueGreen.previewService"
+            ]
+        );
+        let claims = Claims::default();
+        claims.apply(&Event::Apply(blue_green));
+        claims.apply(&Event::Apply(rollout("canary", 20, "bg-active")));
+        assert_eq!(
+            names(&claims.naming(SERVICE, "shop", "bg-active")),
+            vec!["bg", "canary"]
+        );
     }
 
     #[test]
