@@ -273,6 +273,82 @@ async fn an_oversized_web_answer_is_an_error_naming_the_cap() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_metrics_with_large_values_keep_every_written_status_within_budget() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let h = Harness::start().await;
+    // Each answer just under the cap; each stored value about 1.9 KiB.
+    let large = "7".repeat(CAP - 150);
+    h.prometheus.values("large", &[&large]);
+    let metrics: Vec<Value> = (0..100)
+        .map(|i| {
+            json!({
+                "name": format!("metric-{i}"),
+                "interval": "1s",
+                "count": 4,
+                "successCondition": "len(result) > 0",
+                "provider": {"web": {
+                    "url": format!("{}/api/v1/query?query=large", h.prometheus.address),
+                    "jsonPath": "{$.data.result[0].value[1]}",
+                }},
+            })
+        })
+        .collect();
+    // Every version of the run the API server stores, as a watch sees them.
+    let largest = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = largest.clone();
+    /// Stops the watch however the test ends: the simulator waits for open watches to close.
+    struct AbortOnDrop(tokio::task::JoinHandle<()>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let watch = AbortOnDrop(tokio::spawn(
+        watcher(h.runs(), watcher::Config::default())
+            .applied_objects()
+            .for_each(move |run| {
+                if let Ok(run) = run {
+                    let size = serde_json::to_vec(&run.status).map_or(0, |v| v.len());
+                    seen.fetch_max(size, Ordering::SeqCst);
+                }
+                std::future::ready(())
+            }),
+    ));
+    h.create("many-large", json!(metrics), json!([])).await;
+    let status = h.wait_completed("many-large").await;
+    drop(watch);
+
+    assert_eq!(
+        status.phase,
+        AnalysisPhase::Successful,
+        "{}",
+        status.message
+    );
+    assert!(status.metric_results.iter().all(|r| r.count == 4));
+    let budget = rollouts_controller::analysisrun::budget::STATUS_BUDGET;
+    let largest = largest.load(Ordering::SeqCst);
+    assert!(
+        largest > 0 && largest <= budget,
+        "a status of {largest} bytes was written (budget {budget})"
+    );
+    // 400 measurements of ~2 KiB do not fit: the oldest were dropped, the last of each kept.
+    let kept: usize = status
+        .metric_results
+        .iter()
+        .map(|r| r.measurements.len())
+        .sum();
+    assert!(kept < 400, "{kept} measurements kept");
+    assert!(
+        status
+            .metric_results
+            .iter()
+            .all(|r| !r.measurements.is_empty())
+    );
+}
+
 /// Every text a secret could hide in: as written, percent-encoded (both cases, `+` for a
 /// space), JSON-escaped, and base64-encoded.
 fn secret_shapes(secret: &str) -> Vec<String> {
