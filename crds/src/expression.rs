@@ -67,7 +67,6 @@ pub fn nesting_depth(expression: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     #[test]
     fn brackets_in_string_literals_do_not_count() {
@@ -90,15 +89,20 @@ mod tests {
         assert_eq!(check_bounds(&fine), Ok(()));
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(1000))]
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
 
-        #[test]
-        fn any_text_is_within_or_refused(text in "\\PC{0,200}") {
-            match check_bounds(&text) {
-                Ok(()) => prop_assert!(nesting_depth(&text) <= MAX_NESTING),
-                Err(BoundError::TooDeep { depth }) => prop_assert!(depth > MAX_NESTING),
-                Err(BoundError::TooLong { length }) => prop_assert!(length > MAX_LENGTH),
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1000))]
+
+            #[test]
+            fn any_text_is_within_or_refused(text in "\\PC{0,200}") {
+                match check_bounds(&text) {
+                    Ok(()) => prop_assert!(nesting_depth(&text) <= MAX_NESTING),
+                    Err(BoundError::TooDeep { depth }) => prop_assert!(depth > MAX_NESTING),
+                    Err(BoundError::TooLong { length }) => prop_assert!(length > MAX_LENGTH),
+                }
             }
         }
     }
