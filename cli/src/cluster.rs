@@ -1,18 +1,34 @@
 //! The connection to the cluster: kubeconfig and namespace from the kubectl flags, reads, lists
 //! and watches for the read-only verbs, and the one place patches are sent.
+//!
+//! Every object is decoded on its own, as the controller decodes them ([`Decoded`]): an object
+//! that does not fit our types (an int32 field set to 3000000000, a free-form field nested deeper
+//! than 128 levels) is named with its field and fix, in a listing next to the objects that do
+//! fit, and as the error of a verb that reads it.
 
+use std::fmt;
+
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::api::{Api, ApiResource, ListParams, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{DynamicObject, GroupVersionKind, Request};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Config};
-use rollouts_crds::analysis::{AnalysisTemplate, AnalysisTemplateSpec, ClusterAnalysisTemplate};
+use kube::{Client, Config, Resource};
+use rollouts_controller::decode::{Decoded, Undecodable};
+use rollouts_crds::analysis::{
+    AnalysisRun, AnalysisTemplate, AnalysisTemplateSpec, ClusterAnalysisTemplate,
+};
 use rollouts_crds::rollout::Rollout;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::args::KubeFlags;
 use crate::error::{Error, Result};
@@ -48,6 +64,26 @@ pub enum Watched {
 }
 
 impl Watched {
+    /// The kind, as an error names it.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Watched::Rollout => "Rollout",
+            Watched::ReplicaSet => "ReplicaSet",
+            Watched::Pod => "Pod",
+            Watched::AnalysisRun => "AnalysisRun",
+        }
+    }
+
+    /// Decodes one object of this kind from its JSON text.
+    fn check(self, text: &str) -> Result<Checked> {
+        match self {
+            Watched::Rollout => check::<Rollout>(text),
+            Watched::ReplicaSet => check::<ReplicaSet>(text),
+            Watched::Pod => check::<Pod>(text),
+            Watched::AnalysisRun => check::<AnalysisRun>(text),
+        }
+    }
+
     fn resource(self) -> ApiResource {
         let (group, version, kind, plural) = match self {
             Watched::Rollout => ("argoproj.io", "v1alpha1", "Rollout", "rollouts"),
@@ -57,6 +93,122 @@ impl Watched {
         };
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
     }
+}
+
+/// One object, checked against its type.
+enum Checked {
+    /// It decodes; its JSON as the server sent it, unknown fields included.
+    Fits(Value),
+    Undecodable(Box<Undecodable>),
+}
+
+/// Decodes `text` into `K` (the same decoding the controller does) and, when that works, keeps
+/// its JSON for the views, which read fields this build may not know.
+fn check<K: DeserializeOwned + serde::Serialize>(text: &str) -> Result<Checked> {
+    match Decoded::<K>::from_json(text) {
+        Decoded::Undecodable(undecodable) => Ok(Checked::Undecodable(undecodable)),
+        // The JSON fails where the type does not only for deep managedFields, which the typed
+        // object went without.
+        Decoded::Typed(object) => serde_json::from_str(text)
+            .or_else(|_| serde_json::to_value(&object))
+            .map(Checked::Fits)
+            .map_err(|e| Error::Output(e.to_string())),
+    }
+}
+
+/// Decodes one object a verb reads or writes; an object that does not fit is the verb's error.
+fn check_target(kind: TargetKind, name: &str, text: &str) -> Result<Value> {
+    let checked = match kind {
+        TargetKind::Rollout => check::<Rollout>(text)?,
+        TargetKind::Deployment => check::<Deployment>(text)?,
+        TargetKind::AnalysisRun => check::<AnalysisRun>(text)?,
+        TargetKind::AnalysisTemplate => check::<AnalysisTemplate>(text)?,
+        TargetKind::ClusterAnalysisTemplate => check::<ClusterAnalysisTemplate>(text)?,
+    };
+    match checked {
+        Checked::Fits(value) => Ok(value),
+        Checked::Undecodable(undecodable) => Err(Error::Undecodable {
+            kind,
+            name: undecodable
+                .metadata
+                .name
+                .clone()
+                .unwrap_or_else(|| name.to_string()),
+            error: undecodable.error,
+        }),
+    }
+}
+
+/// An object a listing found but could not decode into its type.
+#[derive(Clone, Debug)]
+pub struct BadObject {
+    pub kind: Watched,
+    pub object: Box<Undecodable>,
+}
+
+impl BadObject {
+    /// Its `metadata` as JSON (`{"metadata": ...}`), for the views' ownership checks.
+    pub fn metadata_json(&self) -> Value {
+        serde_json::to_value(&self.object.metadata)
+            .map(|metadata| serde_json::json!({ "metadata": metadata }))
+            .unwrap_or(Value::Null)
+    }
+
+    pub fn name(&self) -> &str {
+        self.object.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Display for BadObject {
+    /// `Rollout "web" in namespace "shop" cannot be decoded: spec.replicas: ... (fix: ...)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} \"{}\" in namespace \"{}\" cannot be decoded: {}",
+            self.kind.kind(),
+            self.name(),
+            self.namespace(),
+            self.object.error
+        )
+    }
+}
+
+/// What a listing found: the objects that decode, as JSON, and the ones that do not.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub items: Vec<Value>,
+    pub undecodable: Vec<BadObject>,
+}
+
+/// A LIST response with each item kept as raw text, so one item cannot fail the others.
+#[derive(Deserialize)]
+struct RawList {
+    items: Option<Vec<Box<RawValue>>>,
+}
+
+/// Ticks once per change to an object of `api`'s kind, decodable or not.
+fn ticks<K>(api: Api<Decoded<K>>, config: watcher::Config) -> BoxStream<'static, ()>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + fmt::Debug + Send + 'static,
+{
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
+                | Ok(watcher::Event::InitDone) => Some(()),
+                _ => None,
+            }
+        })
+        .boxed()
 }
 
 /// Which objects of one kind a read-only verb lists and watches.
@@ -147,12 +299,46 @@ impl Cluster {
         Error::from_kube(err, action, kind, name, &self.server)
     }
 
-    /// Reads a Rollout, typed.
+    /// Reads a Rollout, typed; one that does not decode is an error naming the field.
     pub async fn rollout(&self, name: &str) -> Result<Rollout> {
-        Api::<Rollout>::namespaced(self.client.clone(), &self.namespace)
+        let decoded = Api::<Decoded<Rollout>>::namespaced(self.client.clone(), &self.namespace)
             .get(name)
             .await
-            .map_err(|e| self.error(e, "getting", TargetKind::Rollout, name))
+            .map_err(|e| self.error(e, "getting", TargetKind::Rollout, name))?;
+        match decoded {
+            Decoded::Typed(rollout) => Ok(rollout),
+            Decoded::Undecodable(undecodable) => Err(Error::Undecodable {
+                kind: TargetKind::Rollout,
+                name: name.to_string(),
+                error: undecodable.error,
+            }),
+        }
+    }
+
+    /// Decodes the one object of `kind` a request answered with. `done` says what a write did
+    /// (`patched`), for the error when the object it answered with does not decode.
+    fn decode_object(
+        &self,
+        answer: kube::Result<String>,
+        action: &'static str,
+        done: Option<&'static str>,
+        kind: TargetKind,
+        name: &str,
+    ) -> Result<DynamicObject> {
+        let text = answer.map_err(|e| self.error(e, action, kind, name))?;
+        let value = check_target(kind, name, &text).map_err(|error| match (done, error) {
+            (Some(done), Error::Undecodable { kind, name, error }) => Error::Invalid(format!(
+                "{} \"{name}\" was {done}, but cannot be decoded, so the controller does not act on it: {error}",
+                kind.resource()
+            )),
+            (_, error) => error,
+        })?;
+        serde_json::from_value(value).map_err(|e| Error::Client {
+            action,
+            kind,
+            name: name.to_string(),
+            source: Box::new(kube::Error::SerdeError(e)),
+        })
     }
 
     /// Reads any target as raw JSON, so fields this build does not know survive a rewrite.
@@ -165,10 +351,8 @@ impl Cluster {
                     kind.resource()
                 ))
             })?;
-        self.client
-            .request(request)
-            .await
-            .map_err(|e| self.error(e, "getting", kind, name))
+        let answer = self.client.request_text(request).await;
+        self.decode_object(answer, "getting", None, kind, name)
     }
 
     /// Reads an AnalysisTemplate in the namespace, or with `cluster_scope` a
@@ -178,18 +362,31 @@ impl Cluster {
         name: &str,
         cluster_scope: bool,
     ) -> Result<(ObjectMeta, AnalysisTemplateSpec)> {
+        let undecodable = |kind, undecodable: Box<Undecodable>| Error::Undecodable {
+            kind,
+            name: name.to_string(),
+            error: undecodable.error,
+        };
         if cluster_scope {
-            Api::<ClusterAnalysisTemplate>::all(self.client.clone())
+            let kind = TargetKind::ClusterAnalysisTemplate;
+            match Api::<Decoded<ClusterAnalysisTemplate>>::all(self.client.clone())
                 .get(name)
                 .await
-                .map(|template| (template.metadata, template.spec.0))
-                .map_err(|e| self.error(e, "getting", TargetKind::ClusterAnalysisTemplate, name))
+                .map_err(|e| self.error(e, "getting", kind, name))?
+            {
+                Decoded::Typed(template) => Ok((template.metadata, template.spec.0)),
+                Decoded::Undecodable(bad) => Err(undecodable(kind, bad)),
+            }
         } else {
-            Api::<AnalysisTemplate>::namespaced(self.client.clone(), &self.namespace)
+            let kind = TargetKind::AnalysisTemplate;
+            match Api::<Decoded<AnalysisTemplate>>::namespaced(self.client.clone(), &self.namespace)
                 .get(name)
                 .await
-                .map(|template| (template.metadata, template.spec))
-                .map_err(|e| self.error(e, "getting", TargetKind::AnalysisTemplate, name))
+                .map_err(|e| self.error(e, "getting", kind, name))?
+            {
+                Decoded::Typed(template) => Ok((template.metadata, template.spec)),
+                Decoded::Undecodable(bad) => Err(undecodable(kind, bad)),
+            }
         }
     }
 
@@ -210,19 +407,30 @@ impl Cluster {
                     kind.resource()
                 ))
             })?;
-        self.client
-            .request(request)
-            .await
-            .map_err(|e| self.error(e, "creating", kind, name))
+        let answer = self.client.request_text(request).await;
+        self.decode_object(answer, "creating", Some("created"), kind, name)
     }
 
-    /// ReplicaSets in the namespace whose labels match `selector` (`key=value,...`).
+    /// ReplicaSets in the namespace whose labels match `selector` (`key=value,...`); one that
+    /// does not decode is an error naming it.
     pub async fn replica_sets(&self, selector: &str, rollout: &str) -> Result<Vec<ReplicaSet>> {
-        Api::<ReplicaSet>::namespaced(self.client.clone(), &self.namespace)
+        Api::<Decoded<ReplicaSet>>::namespaced(self.client.clone(), &self.namespace)
             .list(&ListParams::default().labels(selector))
             .await
-            .map(|list| list.items)
-            .map_err(|e| self.error(e, "listing ReplicaSets of", TargetKind::Rollout, rollout))
+            .map_err(|e| self.error(e, "listing ReplicaSets of", TargetKind::Rollout, rollout))?
+            .items
+            .into_iter()
+            .map(|decoded| match decoded {
+                Decoded::Typed(replica_set) => Ok(replica_set),
+                Decoded::Undecodable(object) => Err(Error::Invalid(format!(
+                    "{} (a ReplicaSet of rollout \"{rollout}\")",
+                    BadObject {
+                        kind: Watched::ReplicaSet,
+                        object,
+                    }
+                ))),
+            })
+            .collect()
     }
 
     /// Sends one patch; returns the object as the server stored it.
@@ -251,24 +459,31 @@ impl Cluster {
                 .map_err(|e| Error::Invalid(format!("bad content type: {e}")))?;
             request.headers_mut().insert("content-type", content_type);
         }
-        self.client
-            .request(request)
-            .await
-            .map_err(|e| self.error(e, "patching", patch.target, &patch.name))
+        let answer = self.client.request_text(request).await;
+        self.decode_object(
+            answer,
+            "patching",
+            Some("patched"),
+            patch.target,
+            &patch.name,
+        )
     }
 
-    fn api(&self, kind: Watched, all_namespaces: bool) -> Api<DynamicObject> {
-        let resource = kind.resource();
+    /// Objects of kind `K`, each decoded on its own.
+    fn api<K>(&self, all_namespaces: bool) -> Api<Decoded<K>>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    {
         if all_namespaces {
-            Api::all_with(self.client.clone(), &resource)
+            Api::all(self.client.clone())
         } else {
-            Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
+            Api::namespaced(self.client.clone(), &self.namespace)
         }
     }
 
-    /// Objects of `selection.kind`, as JSON. `about` names the Rollout the listing is for, for
-    /// error messages.
-    pub async fn list_json(&self, selection: &Selection, about: &str) -> Result<Vec<Value>> {
+    /// Objects of `selection.kind`: those that decode as JSON, the others named with their
+    /// decode error. `about` names the Rollout the listing is for, for error messages.
+    pub async fn list_json(&self, selection: &Selection, about: &str) -> Result<Listing> {
         let mut params = ListParams::default();
         if let Some(labels) = &selection.labels {
             params = params.labels(labels);
@@ -276,25 +491,57 @@ impl Cluster {
         if let Some(fields) = &selection.fields {
             params = params.fields(fields);
         }
-        let list = self
-            .api(selection.kind, selection.all_namespaces)
+        let resource = selection.kind.resource();
+        let namespace = (!selection.all_namespaces).then_some(self.namespace.as_str());
+        let request = Request::new(DynamicObject::url_path(&resource, namespace))
             .list(&params)
+            .map_err(|e| {
+                Error::Invalid(format!(
+                    "cannot build a request listing {}: {e}",
+                    resource.plural
+                ))
+            })?;
+        let text = self
+            .client
+            .request_text(request)
             .await
             .map_err(|e| self.error(e, "listing objects for", TargetKind::Rollout, about))?;
-        list.items
-            .into_iter()
-            .map(|item| serde_json::to_value(item).map_err(|e| Error::Output(e.to_string())))
-            .collect()
+        let list: RawList = serde_json::from_str(&text).map_err(|e| Error::Client {
+            action: "listing objects for",
+            kind: TargetKind::Rollout,
+            name: about.to_string(),
+            source: Box::new(kube::Error::SerdeError(e)),
+        })?;
+        let mut listing = Listing::default();
+        for item in list.items.unwrap_or_default() {
+            match selection.kind.check(item.get())? {
+                Checked::Fits(value) => listing.items.push(value),
+                Checked::Undecodable(object) => listing.undecodable.push(BadObject {
+                    kind: selection.kind,
+                    object,
+                }),
+            }
+        }
+        Ok(listing)
     }
 
-    /// One Rollout as JSON.
+    /// One Rollout as JSON; one that does not decode is an error naming the field.
     pub async fn rollout_json(&self, name: &str) -> Result<Value> {
-        let object = self
-            .api(Watched::Rollout, false)
-            .get(name)
+        let kind = TargetKind::Rollout;
+        let request = Request::new(kind.collection_path(&self.namespace))
+            .get(name, &Default::default())
+            .map_err(|e| {
+                Error::Invalid(format!(
+                    "cannot build a request for {} \"{name}\": {e}",
+                    kind.resource()
+                ))
+            })?;
+        let text = self
+            .client
+            .request_text(request)
             .await
-            .map_err(|e| self.error(e, "getting", TargetKind::Rollout, name))?;
-        serde_json::to_value(object).map_err(|e| Error::Output(e.to_string()))
+            .map_err(|e| self.error(e, "getting", kind, name))?;
+        check_target(kind, name, &text)
     }
 
     /// Ticks once per change to an object of any of `selections` (after each watch's initial
@@ -311,16 +558,16 @@ impl Cluster {
             if let Some(fields) = &selection.fields {
                 config = config.fields(fields);
             }
-            watcher(self.api(selection.kind, selection.all_namespaces), config)
-                .default_backoff()
-                .filter_map(|event| async move {
-                    match event {
-                        Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
-                        | Ok(watcher::Event::InitDone) => Some(()),
-                        _ => None,
-                    }
-                })
-                .boxed()
+            match selection.kind {
+                Watched::Rollout => ticks(self.api::<Rollout>(selection.all_namespaces), config),
+                Watched::ReplicaSet => {
+                    ticks(self.api::<ReplicaSet>(selection.all_namespaces), config)
+                }
+                Watched::Pod => ticks(self.api::<Pod>(selection.all_namespaces), config),
+                Watched::AnalysisRun => {
+                    ticks(self.api::<AnalysisRun>(selection.all_namespaces), config)
+                }
+            }
         });
         futures::stream::select_all(streams)
     }

@@ -1,6 +1,7 @@
 //! The plugin's errors, worded as kubectl words them so scripts and people read them the same way.
 
 use kube::core::Status;
+use rollouts_controller::decode::DecodeError;
 
 use crate::patch::TargetKind;
 
@@ -43,6 +44,14 @@ pub enum Error {
         name: String,
         #[source]
         source: Box<kube::Error>,
+    },
+    /// The object does not fit this plugin's types (the controller reports it `InvalidSpec` for
+    /// the same reason); the error names the field, the value and the fix.
+    #[error("error: {object} cannot be decoded: {error}", object = object(*kind, name))]
+    Undecodable {
+        kind: TargetKind,
+        name: String,
+        error: DecodeError,
     },
     /// The request cannot be carried out as asked; the message names the object, field and fix.
     #[error("error: {0}")]

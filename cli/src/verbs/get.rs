@@ -10,9 +10,9 @@ use tokio::time::Instant;
 
 use serde_json::Value;
 
-use crate::cluster::{Cluster, Selection, Watched};
+use crate::cluster::{BadObject, Cluster, Listing, Selection, Watched};
 use crate::error::{Error, Result};
-use crate::view::tree::{Observed, rollout_tree};
+use crate::view::tree::{Observed, owned_by, rollout_tree};
 
 /// `get rollout`.
 #[derive(Debug, clap::Subcommand)]
@@ -73,11 +73,28 @@ fn selections(name: &str, rollout: &Value) -> Vec<Selection> {
 
 /// Lists one kind; a kind the server does not serve (the AnalysisRun CRD not installed) is
 /// simply empty.
-async fn list_or_empty(cluster: &Cluster, selection: &Selection, name: &str) -> Result<Vec<Value>> {
+async fn list_or_empty(cluster: &Cluster, selection: &Selection, name: &str) -> Result<Listing> {
     match cluster.list_json(selection, name).await {
-        Err(Error::Api { status, .. }) if status.code == 404 => Ok(Vec::new()),
+        Err(Error::Api { status, .. }) if status.code == 404 => Ok(Listing::default()),
         other => other,
     }
+}
+
+/// One line per object of the Rollout's that does not decode (ReplicaSets and pods by its
+/// selector, AnalysisRuns it owns), after the tree.
+fn undecodable_lines(rollout: &Value, listings: [&Listing; 3]) -> Vec<String> {
+    let mine = |bad: &&BadObject| {
+        bad.kind != Watched::AnalysisRun || owned_by(&bad.metadata_json(), rollout)
+    };
+    let lines: Vec<String> = listings
+        .iter()
+        .flat_map(|listing| listing.undecodable.iter().filter(mine))
+        .map(|bad| format!("⚠ {bad}"))
+        .collect();
+    if lines.is_empty() {
+        return lines;
+    }
+    std::iter::once(String::new()).chain(lines).collect()
 }
 
 /// The picture of the Rollout now, one string per line, and what to watch for changes.
@@ -91,16 +108,20 @@ async fn picture(
     let replica_sets = list_or_empty(cluster, &selections[1], name).await?;
     let pods = list_or_empty(cluster, &selections[2], name).await?;
     let analysis_runs = list_or_empty(cluster, &selections[3], name).await?;
-    let lines = rollout_tree(
+    let mut lines = rollout_tree(
         Observed {
             rollout: &rollout,
-            replica_sets: &replica_sets,
-            pods: &pods,
-            analysis_runs: &analysis_runs,
+            replica_sets: &replica_sets.items,
+            pods: &pods.items,
+            analysis_runs: &analysis_runs.items,
         },
         Timestamp::now(),
         colour,
     );
+    lines.extend(undecodable_lines(
+        &rollout,
+        [&replica_sets, &pods, &analysis_runs],
+    ));
     Ok((lines, selections))
 }
 

@@ -1,5 +1,7 @@
 //! `list rollouts [-A] [--watch]`: one line per Rollout with its strategy, status, step,
 //! weight and replica counts; with `--watch`, the table again whenever a Rollout changes.
+//! A Rollout that does not decode takes no row: a warning line on stderr names it, its field
+//! and the fix, and the others are listed as usual.
 
 use futures::StreamExt;
 
@@ -32,8 +34,10 @@ fn selection(args: &Args) -> Selection {
     }
 }
 
-async fn table(cluster: &Cluster, args: &Args) -> Result<Vec<String>> {
-    let mut rollouts = cluster.list_json(&selection(args), "*").await?;
+/// The table's lines, and one warning per Rollout that does not decode.
+async fn table(cluster: &Cluster, args: &Args) -> Result<(Vec<String>, Vec<String>)> {
+    let listing = cluster.list_json(&selection(args), "*").await?;
+    let mut rollouts = listing.items;
     rollouts.sort_by_key(|r| {
         (
             r.pointer("/metadata/namespace")
@@ -45,13 +49,26 @@ async fn table(cluster: &Cluster, args: &Args) -> Result<Vec<String>> {
         )
     });
     let rows: Vec<_> = rollouts.iter().map(list_row).collect();
-    Ok(list_table(&rows, args.all_namespaces))
+    let mut undecodable = listing.undecodable;
+    undecodable.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+    let warnings = undecodable
+        .iter()
+        .map(|bad| format!("warning: {bad}"))
+        .collect();
+    Ok((list_table(&rows, args.all_namespaces), warnings))
+}
+
+fn warn(warnings: &[String]) {
+    for warning in warnings {
+        eprintln!("{warning}");
+    }
 }
 
 pub async fn run(cluster: &Cluster, kind: &Kind) -> Result<()> {
     let Kind::Rollouts(args) = kind;
-    let mut shown = table(cluster, args).await?;
-    if shown.len() == 1 && !args.watch {
+    let (mut shown, mut warned) = table(cluster, args).await?;
+    warn(&warned);
+    if shown.len() == 1 && warned.is_empty() && !args.watch {
         let scope = if args.all_namespaces {
             "any namespace".to_string()
         } else {
@@ -72,7 +89,14 @@ pub async fn run(cluster: &Cluster, kind: &Kind) -> Result<()> {
             _ = &mut interrupted => return Ok(()),
             change = changes.next() => if change.is_none() { return Ok(()) },
         }
-        let lines = table(cluster, args).await?;
+        let (lines, warnings) = table(cluster, args).await?;
+        let new: Vec<String> = warnings
+            .iter()
+            .filter(|warning| !warned.contains(warning))
+            .cloned()
+            .collect();
+        warn(&new);
+        warned = warnings;
         // The header is printed once and only changed rows again, as `kubectl get -w` does.
         for line in lines.iter().skip(1).filter(|line| !shown.contains(line)) {
             println!("{line}");

@@ -51,7 +51,7 @@ fn revision(value: &Value) -> Option<i64> {
 }
 
 /// Whether `child` names `owner` among its ownerReferences (by uid when both have one).
-fn owned_by(child: &Value, owner: &Value) -> bool {
+pub(crate) fn owned_by(child: &Value, owner: &Value) -> bool {
     let owner_uid = text(owner, "/metadata/uid");
     let owner_name = name(owner);
     child

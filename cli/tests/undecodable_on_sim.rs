@@ -1,0 +1,256 @@
+//! The plugin against an in-process kube-sim holding objects that do not fit our types (an int32
+//! field set to 3000000000, a free-form field nested 140 deep): a listing shows the objects that
+//! fit and names each that does not, and a verb on a bad object fails naming its field and fix.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use kube::api::PostParams;
+use kube::core::Request;
+use rollouts_e2e::sim::{SimHandle, SimOptions, start};
+use serde_json::{Value, json};
+
+const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/namespaces/default/rollouts";
+const RUNS: &str = "/apis/argoproj.io/v1alpha1/namespaces/default/analysisruns";
+
+struct World {
+    _sim: SimHandle,
+    dir: PathBuf,
+    client: kube::Client,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn world(label: &str) -> World {
+    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
+    let sim = start(SimOptions {
+        crd_dirs: vec![crds],
+        pod_ready_after: Duration::from_millis(100),
+        metrics_listen: None,
+        ..SimOptions::default()
+    })
+    .expect("kube-sim starts");
+    let dir = std::env::temp_dir().join(format!(
+        "kubectl-rollouts-undecodable-{label}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    sim.write_kubeconfig(&dir.join("kubeconfig"))
+        .expect("write kubeconfig");
+    let config = kube::Config::new(sim.url().parse().expect("sim URL"));
+    let client = kube::Client::try_from(config).expect("client");
+    World {
+        _sim: sim,
+        dir,
+        client,
+    }
+}
+
+impl World {
+    /// `kubectl-rollouts ARGS` in namespace default of this world's kube-sim.
+    fn plugin(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_kubectl-rollouts"))
+            .args(["--kubeconfig"])
+            .arg(self.dir.join("kubeconfig"))
+            .args(["-n", "default"])
+            .args(args)
+            .output()
+            .expect("the plugin runs")
+    }
+
+    /// Creates `object` as raw JSON (a typed client could not send or read it back).
+    async fn create(&self, collection: &str, object: &Value) -> Value {
+        let body = serde_json::to_vec(object).expect("encodes");
+        let request = Request::new(collection)
+            .create(&PostParams::default(), body)
+            .expect("a create request");
+        let text = self
+            .client
+            .request_text(request)
+            .await
+            .expect("kube-sim stores the object");
+        // Only the metadata: the object may be deeper than serde_json reads into a Value.
+        let created: Created = serde_json::from_str(&text).expect("a stored object");
+        created.metadata
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Created {
+    metadata: Value,
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn nested(depth: usize) -> Value {
+    let mut value = json!(1);
+    for _ in 0..depth {
+        value = json!({ "a": value });
+    }
+    value
+}
+
+fn rollout(name: &str) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "web", "image": "web:1"}]}
+            },
+            "strategy": {"canary": {"steps": [{"setWeight": 50}, {"pause": {}}]}}
+        }
+    })
+}
+
+fn run_of(name: &str, owner: &Value, metric: Value) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "AnalysisRun",
+        "metadata": {"name": name, "namespace": "default", "ownerReferences": [{
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+            "name": owner["name"], "uid": owner["uid"], "controller": true
+        }]},
+        "spec": {"metrics": [metric]}
+    })
+}
+
+const REPLICAS_ERROR: &str = "spec.replicas: invalid value: integer `3000000000`, expected i32 (fix: use a whole number from -2147483648 to 2147483647)";
+
+#[tokio::test]
+async fn a_list_names_the_bad_rollout_and_shows_the_good_one() {
+    let w = world("list");
+    w.create(ROLLOUTS, &rollout("good")).await;
+    let mut bad = rollout("bad");
+    bad["spec"]["replicas"] = json!(3_000_000_000u64);
+    w.create(ROLLOUTS, &bad).await;
+    let mut deep = rollout("deep");
+    deep["spec"]["template"]["spec"]["deep"] = nested(140);
+    w.create(ROLLOUTS, &deep).await;
+
+    let out = w.plugin(&["list", "rollouts"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "list failed: {stderr}");
+    let names: Vec<&str> = stdout
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["good"], "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: Rollout \"bad\" in namespace \"default\" cannot be decoded: {REPLICAS_ERROR}"
+        )),
+        "{stderr}"
+    );
+    let deep_line = stderr
+        .lines()
+        .find(|line| line.contains("Rollout \"deep\""))
+        .unwrap_or_else(|| panic!("the deep Rollout is not named: {stderr}"));
+    assert!(
+        deep_line.contains("cannot be decoded: spec.template.spec.deep.a.a"),
+        "{deep_line}"
+    );
+    assert!(
+        deep_line.contains("nested more than 128 levels deep")
+            && deep_line.contains("(fix: nest the value less deeply)"),
+        "{deep_line}"
+    );
+}
+
+#[tokio::test]
+async fn verbs_on_the_bad_rollout_name_the_field_and_the_fix() {
+    let w = world("verbs");
+    let mut bad = rollout("bad");
+    bad["spec"]["replicas"] = json!(3_000_000_000u64);
+    w.create(ROLLOUTS, &bad).await;
+
+    let expected =
+        format!("error: rollouts.argoproj.io \"bad\" cannot be decoded: {REPLICAS_ERROR}");
+    for args in [
+        &["get", "rollout", "bad"][..],
+        &["status", "bad", "--watch=false"],
+        &["promote", "bad"],
+        &["set", "image", "bad", "web=web:2"],
+    ] {
+        let out = w.plugin(args);
+        let stderr = text(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{args:?} succeeded: {}",
+            text(&out.stdout)
+        );
+        assert_eq!(stderr.trim_end(), expected, "{args:?}");
+    }
+
+    // A verb that patches without reading first says the patch was made.
+    let out = w.plugin(&["abort", "bad"]);
+    assert!(
+        !out.status.success(),
+        "abort succeeded: {}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        text(&out.stderr).trim_end(),
+        format!(
+            "error: rollouts.argoproj.io \"bad\" was patched, but cannot be decoded, so the controller does not act on it: {REPLICAS_ERROR}"
+        )
+    );
+}
+
+#[tokio::test]
+async fn get_shows_the_good_rollout_and_names_its_bad_analysis_runs() {
+    let w = world("get");
+    let good = w.create(ROLLOUTS, &rollout("good")).await;
+    let other = w.create(ROLLOUTS, &rollout("other")).await;
+    let web = json!({"web": {"url": "http://example.invalid/", "jsonPath": "{$.value}"}});
+    w.create(
+        RUNS,
+        &run_of(
+            "too-many",
+            &good,
+            json!({"name": "m", "count": 3_000_000_000u64, "provider": web}),
+        ),
+    )
+    .await;
+    w.create(
+        RUNS,
+        &run_of(
+            "not-mine",
+            &other,
+            json!({"name": "m", "count": 3_000_000_000u64, "provider": web}),
+        ),
+    )
+    .await;
+
+    let out = w.plugin(&["get", "rollout", "good"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "get failed: {stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|line| line.starts_with("Name:") && line.ends_with(" good")),
+        "the Rollout is drawn: {stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "⚠ AnalysisRun \"too-many\" in namespace \"default\" cannot be decoded: spec.metrics[0].count: invalid value: integer `3000000000`, expected a 32-bit integer (fix: use a whole number from -2147483648 to 2147483647)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("not-mine"),
+        "another Rollout's run is not shown: {stdout}"
+    );
+}
