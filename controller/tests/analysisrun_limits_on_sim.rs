@@ -247,6 +247,81 @@ async fn hostile_intervals_end_in_error_while_a_control_run_is_measured() {
     );
 }
 
+/// A server that accepts connections and never answers; it holds them until dropped, and
+/// counts them.
+async fn black_hole() -> (
+    String,
+    std::sync::Arc<AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = format!("http://{}", listener.local_addr().expect("address"));
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    (address, accepted, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_stuck_on_a_slow_provider_do_not_hold_up_the_others() {
+    let h = Harness::start().await;
+    let (silent, accepted, server) = black_hole().await;
+    // More stuck runs than the default --concurrency (10): each waits its full 60s timeout.
+    for i in 0..12 {
+        h.create(
+            &format!("stuck-{i}"),
+            json!([{
+                "name": "silent",
+                "successCondition": "true",
+                "provider": {"web": {"url": format!("{silent}/check"), "timeoutSeconds": 60}},
+            }]),
+            json!([]),
+        )
+        .await;
+    }
+    // Every stuck run is waiting on the provider at once (with one reconcile slot per run,
+    // and no more slots than --concurrency, only 10 would be).
+    let deadline = Instant::now() + DEADLINE;
+    while accepted.load(Ordering::SeqCst) < 12 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of 12 stuck runs reached their provider; controller log:\n{}",
+            accepted.load(Ordering::SeqCst),
+            h.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.prometheus.values("control", &["1"]);
+    h.create(
+        "control",
+        json!([{
+            "name": "rate",
+            "successCondition": "result[0] == 1",
+            "provider": {"prometheus": {"query": "control"}},
+        }]),
+        json!([]),
+    )
+    .await;
+    let control = h.wait_completed("control").await;
+    assert_eq!(control.phase, AnalysisPhase::Successful, "{control:#?}");
+    // The stuck runs are still waiting on their provider.
+    let stuck = h
+        .runs()
+        .get("stuck-0")
+        .await
+        .expect("reads the run")
+        .status
+        .unwrap_or_default();
+    assert!(!stuck.phase.is_completed(), "{stuck:#?}");
+    server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_web_answer_is_an_error_naming_the_cap() {
     let h = Harness::start().await;
