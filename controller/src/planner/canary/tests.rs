@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use rollouts_crds::rollout::{CanaryStep, SetCanaryScale};
+use rollouts_crds::rollout::{CanaryStep, RolloutPause, SetCanaryScale};
 
 use rollouts_crds::rollout::SCALE_DOWN_DEADLINE_ANNOTATION_KEY;
 
@@ -818,7 +818,7 @@ type Breakage = fn(&mut Rollout);
 
 #[test]
 fn malformed_fields_name_the_field() {
-    let cases: [(Breakage, &str); 4] = [
+    let cases: [(Breakage, &str); 9] = [
         (
             |ro| {
                 let canary = ro.spec.strategy.canary.as_mut().expect("canary");
@@ -842,6 +842,37 @@ fn malformed_fields_name_the_field() {
             "spec.strategy.canary.steps[0].setWeight",
         ),
         (|ro| ro.spec.template = None, "spec.template"),
+        // Hostile values: each once panicked or overflowed somewhere in planning.
+        (
+            |ro| {
+                ro.spec.strategy.canary.as_mut().expect("canary").steps = Some(vec![CanaryStep {
+                    pause: Some(RolloutPause {
+                        duration: Some(IntOrString::String("100000000000000000000s".into())),
+                    }),
+                    ..CanaryStep::default()
+                }])
+            },
+            "spec.strategy.canary.steps[0].pause.duration",
+        ),
+        (
+            |ro| {
+                ro.spec.strategy.canary.as_mut().expect("canary").steps =
+                    Some(vec![CanaryStep::weight(-5)])
+            },
+            "spec.strategy.canary.steps[0].setWeight",
+        ),
+        (
+            |ro| {
+                ro.spec.strategy.canary.as_mut().expect("canary").max_surge =
+                    Some(IntOrString::String("9223372036854775807%".into()))
+            },
+            "spec.strategy.canary.maxSurge",
+        ),
+        (|ro| ro.spec.replicas = Some(i32::MAX), "spec.replicas"),
+        (
+            |ro| ro.spec.progress_deadline_seconds = Some(i32::MAX),
+            "spec.progressDeadlineSeconds",
+        ),
     ];
     for (break_it, field) in cases {
         let mut ro = rollout(3, steps());
@@ -1246,8 +1277,8 @@ mod properties {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use proptest::prelude::*;
     use rollouts_crds::rollout::{
-        NginxTrafficRouting, PauseCondition, RolloutPause, RolloutStatus, RolloutTrafficRouting,
-        TrafficWeights, WeightDestination,
+        NginxTrafficRouting, PauseCondition, RolloutStatus, RolloutTrafficRouting, TrafficWeights,
+        WeightDestination,
     };
 
     use super::*;
