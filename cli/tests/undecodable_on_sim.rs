@@ -2,14 +2,19 @@
 //! field set to 3000000000, a free-form field nested 140 deep): a listing shows the objects that
 //! fit and names each that does not, and a verb on a bad object fails naming its field and fix.
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use kube::api::PostParams;
 use kube::core::Request;
 use rollouts_e2e::sim::{SimHandle, SimOptions, start};
 use serde_json::{Value, json};
+
+// A deadline, not a timing: the suite shares the machine with parallel builds.
+const DEADLINE: Duration = Duration::from_secs(45);
 
 const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/namespaces/default/rollouts";
 const RUNS: &str = "/apis/argoproj.io/v1alpha1/namespaces/default/analysisruns";
@@ -53,14 +58,18 @@ fn world(label: &str) -> World {
 
 impl World {
     /// `kubectl-rollouts ARGS` in namespace default of this world's kube-sim.
-    fn plugin(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_kubectl-rollouts"))
-            .args(["--kubeconfig"])
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kubectl-rollouts"));
+        command
+            .arg("--kubeconfig")
             .arg(self.dir.join("kubeconfig"))
             .args(["-n", "default"])
-            .args(args)
-            .output()
-            .expect("the plugin runs")
+            .args(args);
+        command
+    }
+
+    fn plugin(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("the plugin runs")
     }
 
     /// Creates `object` as raw JSON (a typed client could not send or read it back).
@@ -252,5 +261,49 @@ async fn get_shows_the_good_rollout_and_names_its_bad_analysis_runs() {
     assert!(
         !stdout.contains("not-mine"),
         "another Rollout's run is not shown: {stdout}"
+    );
+}
+
+#[tokio::test]
+async fn list_watch_keeps_listing_past_a_rollout_too_deep_to_read() {
+    let w = world("watch");
+    let mut deep = rollout("deep");
+    deep["spec"]["template"]["spec"]["deep"] = nested(140);
+    w.create(ROLLOUTS, &deep).await;
+
+    let mut child = w
+        .command(&["list", "rollouts", "--watch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the plugin starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (sender, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // The table is printed (its header) before the watch starts.
+    let deadline = Instant::now() + DEADLINE;
+    let seen = |name: &str, deadline: Instant| loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.split_whitespace().next() == Some(name) => return true,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    };
+    assert!(seen("NAME", deadline), "no table header");
+    // Created after the watch's first listing: it shows only if the watch survives the deep one.
+    w.create(ROLLOUTS, &rollout("late")).await;
+    let late = seen("late", Instant::now() + DEADLINE);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        late,
+        "the watch did not see a Rollout created next to the deep one"
     );
 }
