@@ -572,3 +572,77 @@ impl Cluster {
         futures::stream::select_all(streams)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn nested(depth: usize) -> Value {
+        let mut value = json!(1);
+        for _ in 0..depth {
+            value = json!({ "a": value });
+        }
+        value
+    }
+
+    fn rollout(replicas: u64) -> Value {
+        json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Rollout",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": replicas, "unknownToUs": {"kept": true}},
+        })
+    }
+
+    #[test]
+    fn a_rollout_that_fits_keeps_the_fields_the_types_do_not_know() {
+        let Ok(Checked::Fits(value)) = check::<Rollout>(&rollout(2).to_string()) else {
+            panic!("a valid Rollout does not fit");
+        };
+        assert_eq!(value["spec"]["unknownToUs"]["kept"], true);
+    }
+
+    #[test]
+    fn deep_managed_fields_do_not_make_an_object_unreadable() {
+        let mut object = rollout(2);
+        object["metadata"]["managedFields"] = json!([{"fieldsV1": nested(140)}]);
+        let Ok(Checked::Fits(value)) = check::<Rollout>(&object.to_string()) else {
+            panic!("deep managed fields made the Rollout unreadable");
+        };
+        assert_eq!(value["spec"]["replicas"], 2);
+    }
+
+    #[test]
+    fn a_bad_object_is_named_with_its_kind_namespace_field_and_fix() {
+        let Ok(Checked::Undecodable(object)) =
+            check::<Rollout>(&rollout(3_000_000_000).to_string())
+        else {
+            panic!("replicas 3000000000 fit an int32");
+        };
+        let bad = BadObject {
+            kind: Watched::Rollout,
+            object,
+        };
+        assert_eq!(
+            bad.to_string(),
+            "Rollout \"web\" in namespace \"shop\" cannot be decoded: spec.replicas: invalid value: integer `3000000000`, expected i32 (fix: use a whole number from -2147483648 to 2147483647)"
+        );
+        assert_eq!(bad.metadata_json()["metadata"]["name"], "web");
+    }
+
+    #[test]
+    fn a_verb_on_a_bad_object_fails_naming_it() {
+        let error = check_target(
+            TargetKind::Rollout,
+            "web",
+            &rollout(3_000_000_000).to_string(),
+        )
+        .expect_err("replicas 3000000000 fit an int32");
+        assert_eq!(
+            error.to_string(),
+            "error: rollouts.argoproj.io \"web\" cannot be decoded: spec.replicas: invalid value: integer `3000000000`, expected i32 (fix: use a whole number from -2147483648 to 2147483647)"
+        );
+    }
+}
