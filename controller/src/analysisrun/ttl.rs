@@ -7,6 +7,7 @@ use kube::runtime::controller::Action;
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun};
 use std::time::Duration;
 
+use super::bounds::bounded_requeue;
 use super::context::{AnalysisContext, lock};
 use super::reconcile::{object_key, until};
 use super::{Error, Result};
@@ -25,7 +26,9 @@ pub(super) async fn collect_expired(
         return Ok(Action::await_change());
     }
     if expiry > Timestamp::now() {
-        return Ok(Action::requeue(until(expiry)));
+        // A TTL of years cannot be one timer (the controller's queue holds about two years):
+        // look again within the hour, at no API cost, until it runs out.
+        return Ok(Action::requeue(bounded_requeue(until(expiry))));
     }
     let name = run.name_any();
     let api: Api<AnalysisRun> = Api::namespaced(ctx.client.clone(), namespace);
