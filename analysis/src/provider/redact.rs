@@ -63,6 +63,15 @@ impl Redactor {
         let mut at = 0;
         let mut copied_to = 0;
         while at < bytes.len() {
+            // A marker already there stays as it is: redacting twice changes nothing, even
+            // for a secret made of `*`.
+            if bytes
+                .get(at..)
+                .is_some_and(|rest| rest.starts_with(REDACTED.as_bytes()))
+            {
+                at += REDACTED.len();
+                continue;
+            }
             let matched = self
                 .needles
                 .iter()
@@ -310,6 +319,18 @@ mod tests {
         }
         let url_safe_text = url_safe(&super::super::base64(b"\xfb\xff\xfehunter2-password"));
         assert!(redact(&[secret], &url_safe_text).contains(REDACTED));
+    }
+
+    #[test]
+    fn redacting_twice_changes_nothing() {
+        for (secret, text) in [
+            ("**", "a**b"),
+            ("****abc", "token=****abc and ****"),
+            ("s3cr3t", "s3cr3t s3cr3"),
+        ] {
+            let once = redact(&[secret], text);
+            assert_eq!(redact(&[secret], &once), once, "{secret:?} in {text:?}");
+        }
     }
 
     #[test]
