@@ -3,7 +3,9 @@
 //! intervals of 0s or absurd lengths end their run in Error naming the metric, the field, the
 //! value and the fix, while a control run is still measured; an oversized web answer is an
 //! Error naming the cap; a `secretKeyRef` value appears nowhere the controller writes or says
-//! (status, events, log), in any encoding.
+//! (status, events, log, metrics), in any encoding; twelve runs stuck on a provider that
+//! never answers do not hold up a control run; every written status of a large run stays
+//! within the status budget.
 
 mod support;
 
@@ -579,8 +581,30 @@ async fn secret_values_appear_in_no_status_event_or_log() {
     );
 
     let log = h.log();
+    // The controller's own metrics, served beside /healthz (both flags name 127.0.0.1:0).
+    let metrics_addr: std::net::SocketAddr = log
+        .lines()
+        .find(|line| line.contains("serving /healthz and /readyz"))
+        .and_then(|line| line.split("addr=").nth(1))
+        .map(|rest| {
+            rest.chars()
+                .take_while(|c| c.is_ascii_digit() || matches!(c, '.' | ':'))
+                .collect::<String>()
+        })
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("no metrics address in the log:\n{log}"));
+    let metrics = support::http_get(metrics_addr, "/metrics").await;
+    assert!(
+        metrics.contains("analysis_run_measurements_total"),
+        "{metrics}"
+    );
     for shape in secret_shapes(secret) {
-        for (surface, text) in [("status", &written), ("metadata", &metadata), ("log", &log)] {
+        for (surface, text) in [
+            ("status", &written),
+            ("metadata", &metadata),
+            ("log", &log),
+            ("metrics", &metrics),
+        ] {
             assert!(!text.contains(&shape), "{surface} holds {shape:?}:\n{text}");
         }
         for note in &notes {
