@@ -380,6 +380,96 @@ mod tests {
         assert_eq!(runs.load(Ordering::SeqCst), 3);
     }
 
+    /// The real AnalysisRun controller against kube-sim, its first run cut short from outside
+    /// (no test-only code in it): it is marked down and restarted, and the new one lists
+    /// AnalysisRuns again.
+    #[tokio::test]
+    async fn the_analysis_run_controller_is_restarted_after_it_ends() {
+        use rollouts_e2e::sim::{SimOptions, start};
+
+        use crate::analysisrun::{self, Options};
+        use crate::cli::rollout_label_selector;
+
+        let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
+        let sim = start(SimOptions {
+            crd_dirs: vec![crds],
+            ..SimOptions::default()
+        })
+        .expect("kube-sim starts");
+        let config = kube::Config::new(sim.url().parse().expect("a URI"));
+        let client = kube::Client::try_from(config).expect("a client");
+        let lists = || {
+            sim.requests()
+                .iter()
+                .filter(|r| r.resource == "analysisruns" && r.verb == "list")
+                .count()
+        };
+        let diagnostics = Arc::new(Diagnostics::new(Leadership::Disabled));
+        let end_first_run = Arc::new(tokio::sync::Notify::new());
+        let runs = Arc::new(AtomicU32::new(0));
+        let supervisor = tokio::spawn({
+            let (diagnostics, end_first_run, runs) =
+                (diagnostics.clone(), end_first_run.clone(), runs.clone());
+            async move {
+                // Down long enough for the test to see it.
+                let policy = RestartPolicy {
+                    first_backoff: Duration::from_millis(500),
+                    max_backoff: Duration::from_millis(500),
+                    ..QUICK
+                };
+                supervise(
+                    "AnalysisRun controller",
+                    &diagnostics,
+                    policy,
+                    || false,
+                    || {
+                        let first = runs.fetch_add(1, Ordering::SeqCst) == 0;
+                        let end_first_run = end_first_run.clone();
+                        let run = analysisrun::run(
+                            client.clone(),
+                            Options {
+                                label_selector: rollout_label_selector(None),
+                                concurrency: 1,
+                                ..Options::default()
+                            },
+                            analysisrun::AnalysisRunMetrics::default(),
+                            ReconcilePanics::default(),
+                            std::future::pending::<()>(),
+                        );
+                        async move {
+                            // The first run ends when told, as if its streams had ended.
+                            let cut = async {
+                                if first {
+                                    end_first_run.notified().await;
+                                } else {
+                                    std::future::pending::<()>().await;
+                                }
+                            };
+                            tokio::select! {
+                                outcome = run => outcome.map_err(|error| error.to_string()),
+                                () = cut => Ok(()),
+                            }
+                        }
+                    },
+                )
+                .await
+            }
+        });
+        wait_until(|| lists() >= 1).await;
+        end_first_run.notify_one();
+        wait_until(|| !diagnostics.tasks_down().is_empty()).await;
+        assert_eq!(
+            diagnostics.tasks_down(),
+            vec![("AnalysisRun controller", "ended".to_string())]
+        );
+        wait_until(|| {
+            runs.load(Ordering::SeqCst) == 2 && diagnostics.tasks_down().is_empty() && lists() >= 2
+        })
+        .await;
+        assert!(!supervisor.is_finished());
+        supervisor.abort();
+    }
+
     /// Polls `condition` until it holds, failing after a generous deadline.
     async fn wait_until(condition: impl Fn() -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
