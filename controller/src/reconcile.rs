@@ -182,10 +182,12 @@ async fn record_invalid_spec(
 ) -> Result<()> {
     let desired = status_patch::invalid_spec_status(rollout, findings, Timestamp::now());
     let message = status_patch::invalid_spec_message(rollout, findings);
-    tracing::info!(%message, "spec is invalid; nothing is changed until it is fixed");
     if !act::write_status(rollout, &desired, ctx).await? {
+        // Said once, when the condition was written; a Rollout that stays invalid is quiet.
+        tracing::debug!(%message, "spec is still invalid");
         return Ok(());
     }
+    tracing::info!(%message, "spec is invalid; nothing is changed until it is fixed");
     let event = Event {
         type_: EventType::Warning,
         reason: conditions::INVALID_SPEC_REASON.to_string(),

@@ -49,6 +49,11 @@ const MISSING_TEMPLATE_REQUEUE: Duration = Duration::from_secs(20);
 /// should the watch event that frees the object be missed.
 const CLAIM_RECHECK: Duration = Duration::from_secs(20);
 
+/// The longest a plan waits before looking again. A pause of up to a year is waited out an
+/// hour at a time: the controller's timer queue holds no deadline beyond about two years, and
+/// a long wait looked at hourly costs nothing.
+pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
+
 /// The planner's one entry point: resolves `spec.workloadRef` once, then plans the next move of
 /// `rollout` from what was `observed`, at `now` ([`coalesce`]: a completed step is followed at
 /// once, count-only status writes wait for the counts to settle). Returns the Rollout as
@@ -66,6 +71,7 @@ pub fn plan<'a>(
                 // conditions list, which Argo CD reads.
                 plan.status = crate::status_patch::observed_status(&resolved);
             }
+            plan.requeue_after = plan.requeue_after.map(|after| after.min(MAX_REQUEUE));
             (resolved, plan)
         }
         Err(error) => {

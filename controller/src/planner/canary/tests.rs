@@ -939,6 +939,24 @@ fn runs_no_longer_current_are_terminated() {
 }
 
 #[test]
+fn a_pause_of_a_year_is_looked_at_hourly() {
+    let year = vec![
+        CanaryStep::weight(50),
+        CanaryStep::pause_seconds(31_536_000),
+    ];
+    let (mut world, _) = World::deployed(rollout(4, year));
+    world.update_image("nginx:1.28");
+    world.settle();
+    assert_eq!(world.pause_reasons(), [PAUSE_REASON_CANARY_PAUSE_STEP]);
+    assert_eq!(
+        world.plan().requeue_after,
+        Some(Duration::from_secs(31_536_000))
+    );
+    let (_, plan) = crate::planner::plan(&world.rollout, &world.observed, world.now);
+    assert_eq!(plan.requeue_after, Some(crate::planner::MAX_REQUEUE));
+}
+
+#[test]
 fn promote_ends_a_timed_pause_early() {
     let timed = vec![CanaryStep::weight(50), CanaryStep::pause_seconds(600)];
     let (mut world, _) = World::deployed(rollout(4, timed));
