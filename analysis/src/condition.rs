@@ -188,6 +188,16 @@ fn is_nil_or_empty(result: &Value) -> bool {
     }
 }
 
+/// Parses `expression` without evaluating it: a condition or time expression that cannot
+/// parse is known before any measurement. Bounded as [`eval_condition`] is.
+pub fn check_parses(expression: &str) -> Result<(), ExpressionError> {
+    guarded(expression, || {
+        expr::compile(expression)
+            .map(|_| ())
+            .map_err(ExpressionError::Eval)
+    })
+}
+
 /// Evaluates one condition with `result` bound; it must give a boolean. Conditions over
 /// [`MAX_EXPRESSION_LENGTH`] or [`MAX_EXPRESSION_NESTING`] are refused before parsing.
 pub fn eval_condition(result: &Value, condition: &str) -> Result<bool, ExpressionError> {
@@ -447,6 +457,21 @@ mod tests {
         assert!(!err.contains("nil or empty"));
         let err = holds(&Value::Float(1.0), "result + 1").unwrap_err();
         assert_eq!(err, "expected bool, but got float (2)");
+    }
+
+    #[test]
+    fn argo_conditions_parse_and_garbage_does_not() {
+        for condition in [
+            "result[0] >= 0.95",
+            "len(result) > 0 && result[0] < 10",
+            "all(result, {# < 0.3})",
+            "isNaN(result[0]) || asFloat(result) > 1",
+            "default(result, 0) == 0",
+        ] {
+            assert!(check_parses(condition).is_ok(), "{condition}");
+        }
+        assert!(check_parses("result >>> ]] (").is_err());
+        assert!(check_parses(&"(".repeat(10_000)).is_err());
     }
 
     #[test]

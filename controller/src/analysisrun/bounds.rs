@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use rollouts_analysis::args;
 use rollouts_analysis::provider::MAX_TIMEOUT;
+use rollouts_analysis::{args, condition};
 use rollouts_crds::FieldError;
 use rollouts_crds::analysis::{AnalysisRunSpec, AnalysisRunStatus, Metric, int_or_string_value};
 use rollouts_crds::duration;
@@ -119,6 +119,22 @@ fn check_metric(metric: &Metric, at: &str) -> Result<(), FieldError> {
                 "write the delay as a Go duration of at most 8760h, such as 30s or 5m",
             )
         })?;
+    }
+    for (name, condition) in [
+        ("successCondition", &metric.success_condition),
+        ("failureCondition", &metric.failure_condition),
+    ] {
+        if let Some(condition) = condition.as_deref().filter(|c| !c.is_empty()) {
+            condition::check_parses(condition).map_err(|e| {
+                FieldError::new(
+                    field(name),
+                    format!("does not parse: {e}"),
+                    format!(
+                        "write {name} as an expression over result, such as \"result[0] >= 0.95\""
+                    ),
+                )
+            })?;
+        }
     }
     let limits = [
         ("count", metric.count.as_ref(), 0),
@@ -298,6 +314,28 @@ mod tests {
             value_from: None,
         }];
         assert!(refused(&spec).contains("\"500ms\" is below the minimum of 1s"));
+    }
+
+    #[test]
+    fn a_condition_that_does_not_parse_is_refused_before_any_measurement() {
+        let message = refused(&spec(Metric {
+            success_condition: Some("result >>> ]] (".into()),
+            ..Metric::default()
+        }));
+        assert!(
+            message.contains("spec.metrics[0].successCondition (metric \"rate\")")
+                && message.contains("does not parse")
+                && message.contains("result[0] >= 0.95"),
+            "{message}"
+        );
+        assert!(
+            check(&spec(Metric {
+                success_condition: Some("result[0] >= 0.95".into()),
+                failure_condition: Some("isNaN(result[0])".into()),
+                ..Metric::default()
+            }))
+            .is_ok()
+        );
     }
 
     #[test]
