@@ -2,11 +2,14 @@
 //! answers `/api/v1/query` and `/api/v1/query_range` from values set per query text (or one
 //! value for every query), falls back to a few canned answers chosen by the query text, answers
 //! `/oauth/token` with a token, and records every request. Connections are kept alive, as a
-//! real Prometheus keeps them, and [`FakePrometheus::stop`] closes them all.
+//! real Prometheus keeps them, and [`FakePrometheus::stop`] closes them all;
+//! [`FakePrometheus::resume`] listens on the same port again. A query can also be scripted to
+//! fail ([`Reply`]): an HTTP error status, an empty vector, or an answer sent late.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -55,6 +58,23 @@ pub enum Answer {
         before: String,
         after: String,
     },
+    /// These replies in turn, one per request; the last one repeats.
+    Replies(VecDeque<Reply>),
+}
+
+/// One scripted reply to a query.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// A one-sample vector of this value (`NaN` included) or, to a range query, one series of
+    /// the value's comma-separated samples.
+    Value(String),
+    /// A successful answer with no series: an empty vector (or matrix).
+    Empty,
+    /// This HTTP status with this body, as a proxy in front of a Prometheus that is down
+    /// answers (for example 503 and `no healthy upstream`).
+    Status(u16, String),
+    /// The answer `Value` would give, sent only after this delay.
+    Late(Duration, String),
 }
 
 #[derive(Default)]
@@ -70,7 +90,8 @@ pub struct FakePrometheus {
     pub address: String,
     state: Arc<Mutex<State>>,
     stopped: Arc<AtomicBool>,
-    server: JoinHandle<()>,
+    /// The task accepting connections; `None` once stopped.
+    server: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl FakePrometheus {
@@ -87,8 +108,13 @@ impl FakePrometheus {
             address,
             state,
             stopped,
-            server,
+            server: Mutex::new(Some(server)),
         }
+    }
+
+    /// `query` is answered with `replies` in turn, the last one repeating.
+    pub fn replies(&self, query: &str, replies: &[Reply]) {
+        self.answer(query, Answer::Replies(replies.iter().cloned().collect()));
     }
 
     /// From now on `query` is answered as `answer` says.
@@ -135,8 +161,46 @@ impl FakePrometheus {
     /// Stops answering: the port is closed and open connections are closed at their next
     /// request.
     pub fn stop(&self) {
+        if let Some(server) = self.stop_accepting() {
+            server.abort();
+        }
+    }
+
+    /// [`FakePrometheus::stop`], returning once the port is closed, so that a connection
+    /// attempt from then on is refused (rather than accepted into the backlog and reset).
+    pub async fn stop_and_wait(&self) {
+        if let Some(server) = self.stop_accepting() {
+            server.abort();
+            // Cancelled: the task, and with it the listener, has been dropped.
+            let _ = server.await;
+        }
+    }
+
+    fn stop_accepting(&self) -> Option<JoinHandle<()>> {
         self.stopped.store(true, Ordering::SeqCst);
-        self.server.abort();
+        self.server
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    /// Listens again on the same address after [`FakePrometheus::stop`], answering as before.
+    /// Panics if the port was taken meanwhile.
+    pub async fn resume(&self) {
+        let address = self.address.trim_start_matches("http://");
+        let listener = TcpListener::bind(address)
+            .await
+            .expect("binds the stopped stand-in's port again");
+        self.stopped.store(false, Ordering::SeqCst);
+        let server = tokio::spawn(serve(listener, self.state.clone(), self.stopped.clone()));
+        let previous = self
+            .server
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .replace(server);
+        if let Some(previous) = previous {
+            previous.abort();
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -195,15 +259,30 @@ async fn connection(mut stream: TcpStream, state: Arc<Mutex<State>>, stopped: Ar
         if stopped.load(Ordering::SeqCst) {
             return;
         }
-        let (code, body) = {
+        let (code, body, delay) = {
             let mut state = state.lock().expect("the stand-in's state");
             let answer = respond(&request, &mut state);
             state.requests.push(request);
             answer
         };
-        let reason = if code == 200 { "OK" } else { "Bad Request" };
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        let reason = match code {
+            200 => "OK",
+            500 => "Internal Server Error",
+            502 => "Bad Gateway",
+            503 => "Service Unavailable",
+            504 => "Gateway Timeout",
+            _ => "Bad Request",
+        };
+        let content_type = if body.starts_with('{') {
+            "application/json"
+        } else {
+            "text/plain"
+        };
         let response = format!(
-            "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         if stream.write_all(response.as_bytes()).await.is_err() {
@@ -258,16 +337,33 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The status code and body for `request`.
-fn respond(request: &Request, state: &mut State) -> (u16, String) {
+/// The status code and body for `request`, and how long to wait before sending them.
+fn respond(request: &Request, state: &mut State) -> (u16, String, Option<Duration>) {
     if request.path == "/oauth/token" {
         return (
             200,
             r#"{"access_token":"tok-1","token_type":"Bearer","expires_in":3600}"#.into(),
+            None,
         );
     }
     let query = request.query();
     let range = request.path == "/api/v1/query_range";
+    let reply = match state.answers.get_mut(query) {
+        Some(Answer::Replies(replies)) if replies.len() > 1 => replies.pop_front(),
+        Some(Answer::Replies(replies)) => replies.front().cloned(),
+        _ => None,
+    };
+    if let Some(reply) = reply {
+        let result_type = if range { "matrix" } else { "vector" };
+        return match reply {
+            Reply::Value(value) if range => (200, matrix(&value), None),
+            Reply::Value(value) => (200, vector(request, &value), None),
+            Reply::Empty => (200, success(result_type, "[]"), None),
+            Reply::Status(code, body) => (code, body, None),
+            Reply::Late(delay, value) if range => (200, matrix(&value), Some(delay)),
+            Reply::Late(delay, value) => (200, vector(request, &value), Some(delay)),
+        };
+    }
     let value = match state.answers.get_mut(query) {
         Some(Answer::Values(values)) if values.len() > 1 => values.pop_front(),
         Some(Answer::Values(values)) => values.front().cloned(),
@@ -277,12 +373,16 @@ fn respond(request: &Request, state: &mut State) -> (u16, String) {
         } else {
             after.clone()
         }),
+        Some(Answer::Replies(_)) => None,
         None => state.every_query.clone(),
     };
     match value {
-        Some(value) if range => (200, matrix(&value)),
-        Some(value) => (200, vector(request, &value)),
-        None => canned(query),
+        Some(value) if range => (200, matrix(&value), None),
+        Some(value) => (200, vector(request, &value), None),
+        None => {
+            let (code, body) = canned(query);
+            (code, body, None)
+        }
     }
 }
 
