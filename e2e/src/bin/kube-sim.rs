@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rollouts_e2e::sim::faults::Hold;
+use rollouts_e2e::sim::faults::{Hold, WriteCut};
 use rollouts_e2e::sim::{Faults, SimOptions, start};
 
 /// A Kubernetes API server and workload simulator on a loopback port.
@@ -43,6 +43,13 @@ struct Args {
     /// Answer held requests after this many milliseconds instead of never.
     #[arg(long)]
     hold_for_ms: Option<u64>,
+    /// Stop serving the controller after this many of its writes: every further request from
+    /// a client whose User-Agent starts with --cut-user-agent is answered 500.
+    #[arg(long)]
+    cut_after_writes: Option<u64>,
+    /// The User-Agent prefix --cut-after-writes applies to.
+    #[arg(long, default_value = "rollouts-controller/")]
+    cut_user_agent: String,
     /// Milliseconds a pod takes to become Ready (template annotation sim.rollouts.dev/ready-after overrides).
     #[arg(long, default_value_t = 1000)]
     pod_ready_after_ms: u64,
@@ -94,6 +101,10 @@ fn main() -> ExitCode {
                     None => hold,
                 })
                 .collect(),
+            write_cut: args.cut_after_writes.map(|after_writes| WriteCut {
+                user_agent_prefix: args.cut_user_agent.clone(),
+                after_writes,
+            }),
         },
         request_log_file: args.request_log,
         event_log_capacity: args.event_log_capacity,

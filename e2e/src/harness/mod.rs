@@ -11,6 +11,7 @@
 
 mod binaries;
 mod http;
+pub mod kill_at_write;
 mod kubectl;
 pub mod leader_election;
 mod objects;

@@ -19,6 +19,8 @@ pub struct Faults {
     pub latency: Duration,
     /// Requests on these resources are held (see [`Hold`]).
     pub holds: Vec<Hold>,
+    /// One client is no longer served after its Nth write (see [`WriteCut`]).
+    pub write_cut: Option<WriteCut>,
 }
 
 /// Holds every request on one resource (matched by API group and plural, so on plain paths):
@@ -73,6 +75,80 @@ impl Hold {
     }
 }
 
+/// Stops serving one client at an exact write: once `after_writes` write requests (create,
+/// update, patch, delete) from clients whose `User-Agent` starts with `user_agent_prefix` have
+/// been let through since the rule was set, every further request from them, read or write,
+/// is refused with a 500 until the rule is cleared or replaced. Other clients are served as
+/// usual. A test kills the client once it has been cut: the cut is at a write, not at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteCut {
+    /// `rollouts-controller/` matches every version of the controller.
+    pub user_agent_prefix: String,
+    pub after_writes: u64,
+}
+
+impl WriteCut {
+    /// The controller (`rollouts-controller/<version>`), cut after `after_writes` writes.
+    pub fn controller(after_writes: u64) -> Self {
+        Self {
+            user_agent_prefix: "rollouts-controller/".to_string(),
+            after_writes,
+        }
+    }
+
+    pub fn matches(&self, user_agent: &str) -> bool {
+        user_agent.starts_with(&self.user_agent_prefix)
+    }
+}
+
+/// The server's count of the writes a [`WriteCut`] let through; reset whenever the faults are
+/// set.
+#[derive(Debug, Default)]
+pub struct WriteCutCount {
+    /// (writes let through, requests refused) since the faults were last set.
+    counts: std::sync::Mutex<(u64, u64)>,
+}
+
+impl WriteCutCount {
+    /// Decides one request under `rule`: true when it must be refused. A write let through is
+    /// counted in the same step, so concurrent writes never pass the limit.
+    pub fn refuses(&self, rule: Option<&WriteCut>, user_agent: &str, is_write: bool) -> bool {
+        let Some(rule) = rule.filter(|rule| rule.matches(user_agent)) else {
+            return false;
+        };
+        let mut counts = self.lock();
+        if counts.0 >= rule.after_writes {
+            counts.1 = counts.1.saturating_add(1);
+            return true;
+        }
+        if is_write {
+            counts.0 = counts.0.saturating_add(1);
+        }
+        false
+    }
+
+    /// Writes let through since the faults were last set.
+    pub fn writes(&self) -> u64 {
+        self.lock().0
+    }
+
+    /// Requests refused since the faults were last set.
+    pub fn refused(&self) -> u64 {
+        self.lock().1
+    }
+
+    pub fn reset(&self) {
+        *self.lock() = (0, 0);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, u64)> {
+        // Two integers cannot be left half-written: a poisoned lock still holds valid counts.
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// What the server does to one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Injected {
@@ -122,6 +198,27 @@ mod tests {
         };
         assert_eq!(conflicts.draw(false), Injected::None);
         assert_eq!(conflicts.draw(true), Injected::Conflict);
+    }
+
+    #[test]
+    fn a_write_cut_lets_exactly_n_writes_of_its_client_through() {
+        let rule = WriteCut::controller(2);
+        let count = WriteCutCount::default();
+        let controller = "rollouts-controller/0.1.0";
+        assert!(!count.refuses(Some(&rule), controller, false));
+        assert!(!count.refuses(Some(&rule), controller, true));
+        assert!(!count.refuses(Some(&rule), "kubectl/v1.32", true));
+        assert!(!count.refuses(Some(&rule), controller, true));
+        assert_eq!(count.writes(), 2);
+        assert!(count.refuses(Some(&rule), controller, false));
+        assert!(count.refuses(Some(&rule), controller, true));
+        assert!(!count.refuses(Some(&rule), "kubectl/v1.32", true));
+        assert!(!count.refuses(None, controller, true));
+        assert_eq!((count.writes(), count.refused()), (2, 2));
+        count.reset();
+        assert_eq!((count.writes(), count.refused()), (0, 0));
+        let none = WriteCut::controller(0);
+        assert!(count.refuses(Some(&none), controller, false));
     }
 
     #[test]

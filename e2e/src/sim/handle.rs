@@ -243,6 +243,12 @@ impl SimHandle {
         self.sim.faults()
     }
 
+    /// Writes the write-cut rule let through, and requests it refused, since the faults were
+    /// last set.
+    pub fn write_cut_counts(&self) -> (u64, u64) {
+        (self.sim.write_cut.writes(), self.sim.write_cut.refused())
+    }
+
     /// Changes the injected faults while the server runs.
     pub fn set_faults(&self, faults: Faults) {
         self.sim.set_faults(faults);

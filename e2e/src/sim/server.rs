@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::discovery;
-use super::faults::{Faults, Injected};
+use super::faults::{Faults, Injected, WriteCutCount};
 use super::handlers::{self, ApiRequest, Reply, Verb};
 use super::output::Output;
 use super::request_log::{RequestLog, RequestRecord};
@@ -32,6 +32,8 @@ pub struct Sim {
     /// A channel, so held requests learn at once that their rule was cleared.
     faults: watch::Sender<Faults>,
     pub requests: RequestLog,
+    /// Writes counted by the write-cut rule since the faults were last set.
+    pub write_cut: WriteCutCount,
     pub bookmark_interval: Duration,
     pub shutdown: watch::Receiver<bool>,
     pub address: SocketAddr,
@@ -50,6 +52,7 @@ impl Sim {
             store,
             faults: watch::Sender::new(faults),
             requests,
+            write_cut: WriteCutCount::default(),
             bookmark_interval,
             shutdown,
             address,
@@ -61,6 +64,7 @@ impl Sim {
     }
 
     pub fn set_faults(&self, faults: Faults) {
+        self.write_cut.reset();
         self.faults.send_replace(faults);
     }
 
@@ -272,6 +276,15 @@ async fn resource(sim: &Arc<Sim>, request: ApiRequest) -> Response<Body> {
     }
     sim.wait_while_held(&request.path.group, &request.path.plural)
         .await;
+    if sim.write_cut.refuses(
+        faults.write_cut.as_ref(),
+        &request.user_agent,
+        request.verb.is_write(),
+    ) {
+        return error_response(&ApiError::internal(
+            "injected fault: this client is cut off after its last allowed write (write-cut rule)",
+        ));
+    }
     match faults.draw(request.verb.is_write()) {
         Injected::InternalError => {
             return error_response(&ApiError::internal("injected fault: internal error"));
