@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rollouts_e2e::sim::faults::{Hold, WriteCut};
+use rollouts_e2e::sim::faults::{Hold, RandomFaults, WriteCut};
 use rollouts_e2e::sim::{Faults, SimOptions, start};
 
 /// A Kubernetes API server and workload simulator on a loopback port.
@@ -50,6 +50,27 @@ struct Args {
     /// The User-Agent prefix --cut-after-writes applies to.
     #[arg(long, default_value = "rollouts-controller/")]
     cut_user_agent: String,
+    /// Seed of the generator random faults are drawn from (printed at start; random when absent).
+    #[arg(long)]
+    fault_seed: Option<u64>,
+    /// Share of requests (0..1) answered 429 TooManyRequests with a Retry-After header.
+    #[arg(long, default_value_t = 0.0)]
+    too_many_rate: f64,
+    /// The Retry-After of those 429s, in seconds.
+    #[arg(long, default_value_t = 1)]
+    retry_after_seconds: u64,
+    /// Cut every watch stream at a random moment between half this many milliseconds and all.
+    #[arg(long)]
+    watch_cut_within_ms: Option<u64>,
+    /// Share of watches resuming from a resourceVersion (0..1) answered 410 Expired (a relist).
+    #[arg(long, default_value_t = 0.0)]
+    gone_rate: f64,
+    /// Share of requests (0..1) delayed by --spike-ms more.
+    #[arg(long, default_value_t = 0.0)]
+    spike_rate: f64,
+    /// The latency spike, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    spike_ms: u64,
     /// Milliseconds a pod takes to become Ready (template annotation sim.rollouts.dev/ready-after overrides).
     #[arg(long, default_value_t = 1000)]
     pod_ready_after_ms: u64,
@@ -72,6 +93,9 @@ fn main() -> ExitCode {
     for (flag, rate) in [
         ("--error-rate", args.error_rate),
         ("--conflict-rate", args.conflict_rate),
+        ("--too-many-rate", args.too_many_rate),
+        ("--gone-rate", args.gone_rate),
+        ("--spike-rate", args.spike_rate),
     ] {
         if !(0.0..=1.0).contains(&rate) {
             eprintln!("kube-sim: {flag} {rate}: must be between 0 and 1");
@@ -101,6 +125,15 @@ fn main() -> ExitCode {
                     None => hold,
                 })
                 .collect(),
+            random: RandomFaults {
+                seed: args.fault_seed,
+                too_many_rate: args.too_many_rate,
+                retry_after_seconds: args.retry_after_seconds,
+                watch_cut_within: args.watch_cut_within_ms.map(Duration::from_millis),
+                gone_rate: args.gone_rate,
+                spike_rate: args.spike_rate,
+                spike: Duration::from_millis(args.spike_ms),
+            },
             write_cut: args.cut_after_writes.map(|after_writes| WriteCut {
                 user_agent_prefix: args.cut_user_agent.clone(),
                 after_writes,
@@ -132,9 +165,15 @@ fn main() -> ExitCode {
     if let Some(metrics) = sim.metrics_address() {
         eprintln!("kube-sim: pod metrics at http://{metrics}/metrics");
     }
+    eprintln!("kube-sim: fault seed {}", sim.fault_seed());
     if let Err(e) = sim.wait_for_signal() {
         eprintln!("kube-sim: waiting for a signal: {e}");
         return ExitCode::FAILURE;
     }
+    eprintln!(
+        "kube-sim: faults injected (seed {}): {}",
+        sim.fault_seed(),
+        sim.fault_counts()
+    );
     ExitCode::SUCCESS
 }

@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::controllers::{self, ClusterConfig};
-use super::faults::Faults;
+use super::faults::{FaultCounts, Faults};
 use super::request_log::{RequestLog, RequestRecord};
 use super::server::{self, Sim};
 use super::status::ApiError;
-use super::store::Store;
+use super::store::{Store, Target};
 use super::traffic::{self, TrafficOptions};
 
 /// How to run the simulator. `SimOptions::default()` listens on an ephemeral loopback port.
@@ -254,6 +254,16 @@ impl SimHandle {
         self.sim.set_faults(faults);
     }
 
+    /// Faults injected so far, by kind.
+    pub fn fault_counts(&self) -> FaultCounts {
+        self.sim.fault_log.counts()
+    }
+
+    /// The seed random faults are drawn from (the one given, or the one the OS gave).
+    pub fn fault_seed(&self) -> u64 {
+        self.sim.fault_log.seed()
+    }
+
     /// Ends every open watch and compacts the event log: resuming watchers get 410 Expired.
     pub fn expire_watches(&self) {
         self.sim.store.expire_watches();
@@ -276,6 +286,39 @@ impl SimHandle {
             ))
         })?;
         state.create(&info, namespace, obj).map(|o| (*o).clone())
+    }
+
+    /// Every object of `kind` (of `api_version`) in `namespace`, read directly from the store
+    /// (no HTTP, so no injected fault): for checks in soaks and benchmarks.
+    pub fn list(&self, namespace: &str, api_version: &str, kind: &str) -> Vec<Value> {
+        let state = self.sim.store.lock();
+        let Some(info) = state.registry.by_kind(api_version, kind) else {
+            return Vec::new();
+        };
+        state
+            .list(&info.key(), Some(namespace), None)
+            .map(|(_, object)| (**object).clone())
+            .collect()
+    }
+
+    /// Replaces an object's spec and metadata directly in the store (no HTTP), with the API
+    /// server's rules (resourceVersion precondition when set, generation bumped on a change).
+    pub fn replace(&self, namespace: &str, obj: Value) -> Result<Value, ApiError> {
+        let mut state = self.sim.store.lock();
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let info = state.registry.by_kind(api_version, kind).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "no resource serves apiVersion {api_version:?} kind {kind:?}: create its CRD first"
+            ))
+        })?;
+        state
+            .update(&info, namespace, &name, obj, Target::Main)
+            .map(|o| (*o).clone())
     }
 
     /// Blocks until the process gets SIGINT or SIGTERM (for the `kube-sim` binary).

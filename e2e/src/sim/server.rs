@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::discovery;
-use super::faults::{Faults, Injected, WriteCutCount};
+use super::faults::{FaultLog, Faults, Injected, WriteCutCount};
 use super::handlers::{self, ApiRequest, Reply, Verb};
 use super::output::Output;
 use super::request_log::{RequestLog, RequestRecord};
@@ -37,6 +37,8 @@ pub struct Sim {
     pub bookmark_interval: Duration,
     pub shutdown: watch::Receiver<bool>,
     pub address: SocketAddr,
+    /// The seeded generator random faults are drawn from, and their counts.
+    pub fault_log: FaultLog,
 }
 
 impl Sim {
@@ -50,6 +52,7 @@ impl Sim {
     ) -> Self {
         Self {
             store,
+            fault_log: FaultLog::new(faults.random.seed),
             faults: watch::Sender::new(faults),
             requests,
             write_cut: WriteCutCount::default(),
@@ -285,7 +288,31 @@ async fn resource(sim: &Arc<Sim>, request: ApiRequest) -> Response<Body> {
             "injected fault: this client is cut off after its last allowed write (write-cut rule)",
         ));
     }
-    match faults.draw(request.verb.is_write()) {
+    let (injected, spike) = sim.fault_log.draw(&faults, request.verb.is_write());
+    if !spike.is_zero() {
+        tokio::time::sleep(spike).await;
+    }
+    match injected {
+        Injected::TooManyRequests => {
+            let seconds = faults.random.retry_after_seconds;
+            let mut response = json_response(
+                429,
+                &serde_json::json!({
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": "injected fault: too many requests, please try again later",
+                    "reason": "TooManyRequests",
+                    "details": {"retryAfterSeconds": seconds},
+                    "code": 429,
+                }),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+            return response;
+        }
         Injected::InternalError => {
             return error_response(&ApiError::internal("injected fault: internal error"));
         }

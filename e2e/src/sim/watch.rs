@@ -136,7 +136,7 @@ pub fn start(sim: &Arc<Sim>, request: WatchRequest) -> Body {
         let key = encoder.request.info.key();
         match encoder.request.resource_version {
             Some(rv) if !encoder.request.send_initial_events => {
-                if rv < state.log_start() {
+                if rv < state.log_start() || sim.fault_log.draw_gone(&sim.faults()) {
                     initial.push((expired(rv, state.log_start()), true));
                     expired_now = true;
                 } else {
@@ -197,6 +197,7 @@ async fn stream(
     tx: mpsc::Sender<Bytes>,
 ) {
     let cut_after = sim.faults().watch_cut_after;
+    let cut_at = sim.fault_log.draw_watch_cut(&sim.faults());
     let mut sent: u64 = 0;
     for (line, counts) in initial {
         if tx.send(line).await.is_err() {
@@ -217,6 +218,13 @@ async fn stream(
         .map(|t| tokio::time::Instant::now() + t);
     let mut expiry = sim.store.expiry();
     let mut shutdown = sim.shutdown.clone();
+    let cut = async {
+        match cut_at {
+            Some(at) => tokio::time::sleep(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(cut);
     loop {
         let timeout = async {
             match deadline {
@@ -254,6 +262,10 @@ async fn stream(
                 }
             }
             _ = timeout => return,
+            _ = &mut cut => {
+                sim.fault_log.count_watch_cut();
+                return;
+            }
             _ = expiry.changed() => return,
             _ = shutdown.changed() => return,
             _ = tx.closed() => return,
