@@ -253,13 +253,15 @@ impl Run {
     }
 
     /// Controller writes the simulator has answered since the requests were cleared.
+    /// Refused writes (500, the only code the controller gets here without a cut) are not
+    /// counted: one refused while the Nth is still being served must not trigger the kill early.
     fn controller_writes_served(&self) -> u64 {
         let cut = WriteCut::controller(0);
         let count = self
             .sim
             .requests()
             .iter()
-            .filter(|r| cut.matches(&r.user_agent))
+            .filter(|r| cut.matches(&r.user_agent) && r.code != 500)
             .filter(|r| {
                 matches!(
                     r.verb.as_str(),
