@@ -64,11 +64,20 @@ pub(super) async fn publish(
         action: event_action(&event.message),
         secondary: None,
     };
-    match ctx
-        .recorder
-        .publish(&kube_event, &rollout.object_ref(&()))
-        .await
-    {
+    let reference = rollout.object_ref(&());
+    let mut published = ctx.recorder.publish(&kube_event, &reference).await;
+    // An event lost to a server error or a throttle is a step nobody sees completed: tried
+    // again a few times, briefly, as client-go's recorder does.
+    for delay in EVENT_RETRY_DELAYS {
+        match &published {
+            Err(error) if worth_retrying(error) => {
+                tokio::time::sleep(delay).await;
+                published = ctx.recorder.publish(&kube_event, &reference).await;
+            }
+            _ => break,
+        }
+    }
+    match published {
         Ok(()) => ctx.metrics.event_published(
             &target.namespace,
             &target.name,
@@ -90,6 +99,25 @@ pub(super) async fn publish(
     }
 }
 
+/// The waits before each further try of an event the API server refused for a passing reason.
+const EVENT_RETRY_DELAYS: [std::time::Duration; 3] = [
+    std::time::Duration::from_millis(100),
+    std::time::Duration::from_millis(300),
+    std::time::Duration::from_millis(900),
+];
+
+/// Whether a failed event write may succeed if sent again: a server error (but 501 Not
+/// Implemented), a throttle (429), a timeout (408), a conflict, or no answer at all.
+fn worth_retrying(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => {
+            matches!(status.code, 408 | 409 | 429) || (status.code >= 500 && status.code != 501)
+        }
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
 /// The event's `action`: its message, cut to the API's 128 bytes. The recorder folds events
 /// with the same type, reason and action into one series and keeps the first note, so "step
 /// 2/4 completed" and "step 3/4 completed" must differ here to both be seen.
@@ -105,6 +133,27 @@ fn event_action(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("refused by the test", "Refused")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn passing_event_write_failures_are_tried_again_and_lasting_ones_are_not() {
+        for code in [500, 502, 503, 504, 429, 409, 408] {
+            assert!(worth_retrying(&api_error(code)), "{code} is worth retrying");
+        }
+        for code in [400, 401, 403, 404, 422, 501] {
+            assert!(
+                !worth_retrying(&api_error(code)),
+                "{code} is not worth retrying"
+            );
+        }
+    }
 
     #[test]
     fn event_actions_tell_messages_apart_within_the_api_limit() {
