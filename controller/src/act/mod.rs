@@ -127,9 +127,6 @@ pub async fn apply(
         }
     }
 
-    for run in &plan.create_analysis_runs {
-        analysis_runs::create(&writer, rollout, run).await?;
-    }
     for name in &plan.terminate_analysis_runs {
         let running = observed
             .analysis_runs
@@ -147,6 +144,13 @@ pub async fn apply(
     }
 
     status::write_status(rollout, &plan.status, ctx).await?;
+    // A new run is created only once status points at it: the planner finds a run through
+    // that pointer (or while it is still running), so a run created before a status write that
+    // failed, or a kill, and finished before the next reconcile would be created again. With
+    // the pointer written first, the next reconcile creates the missing run under its name.
+    for run in &plan.create_analysis_runs {
+        analysis_runs::create(&writer, rollout, run).await?;
+    }
     for event in &plan.events {
         status::publish(&target, rollout, event, ctx).await;
     }
