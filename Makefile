@@ -1,7 +1,7 @@
 # The README's two commands are `make demo` and `make test`; CI runs `.ci/run`, which calls `make test`.
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds crds-check demo sim bench
+.PHONY: all build test lint fmt crds crds-check demo sim bench chaos
 
 all: build
 
@@ -44,3 +44,17 @@ bench:
 demo:
 	$(CARGO) build -p rollouts-controller -p kubectl-rollouts -p rollouts-e2e --bins
 	$(CARGO) run -q -p rollouts-e2e --bin rollouts-demo
+
+## The fault soak: N Rollouts released at once on kube-sim under seeded faults (500s, 409s,
+## 429s, cut watches, forced relists, latency spikes) while the controller is SIGKILLed and
+## restarted; prints the figures. SEED= replays a run (random when empty), N= Rollouts (100),
+## DURATION= seconds to settle (90 + 2 per Rollout), KILLS= (3).
+SEED ?=
+N ?= 100
+DURATION ?=
+KILLS ?= 3
+chaos:
+	$(CARGO) build -p rollouts-controller -p rollouts-e2e --bins
+	$(CARGO) run -q -p rollouts-e2e --bin chaos-soak -- --rollouts $(N) --kills $(KILLS) \
+		$(if $(SEED),--seed $(SEED)) $(if $(DURATION),--duration $(DURATION))
+
