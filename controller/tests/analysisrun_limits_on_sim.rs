@@ -384,7 +384,10 @@ async fn many_metrics_with_large_values_keep_every_written_status_within_budget(
         }
     }
     let watch = AbortOnDrop(tokio::spawn(
+        // With a backoff, a watch that fails (the simulator gone once the test ends) waits
+        // between tries, so the abort below lands instead of the task retrying in a hot loop.
         watcher(h.runs(), watcher::Config::default())
+            .default_backoff()
             .applied_objects()
             .for_each(move |run| {
                 if let Ok(run) = run {
