@@ -10,6 +10,11 @@ build:
 
 ## Run the whole test suite (unit, simulator, kubectl and CRD drift tests).
 test:
+	@if [ -n "$$ARGO_ROLLOUTS_SRC" ]; then \
+		echo "ARGO_ROLLOUTS_SRC=$$ARGO_ROLLOUTS_SRC: the parity tests read that Argo Rollouts checkout"; \
+	else \
+		echo "ARGO_ROLLOUTS_SRC is not set: the parity tests that read an Argo Rollouts checkout are skipped (point it at a clone of argoproj/argo-rollouts to run them)"; \
+	fi
 	$(CARGO) test --workspace --no-fail-fast
 
 ## Formatting and clippy, warnings denied.
