@@ -222,6 +222,18 @@ impl Error {
     }
 }
 
+/// Whether a failed API request may succeed if sent again: a server error (but 501 Not
+/// Implemented), a throttle (429), a request timeout (408), or no answer at all.
+pub fn is_transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => {
+            matches!(status.code, 408 | 429) || (status.code >= 500 && status.code != 501)
+        }
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -166,14 +166,7 @@ fn startup_failure(error: kube::Error, scope: &str) -> StartupFailure {
                 message: status.message.clone(),
             })
         }
-        kube::Error::Api(status)
-            if matches!(status.code, 408 | 429) || (status.code >= 500 && status.code != 501) =>
-        {
-            StartupFailure::Transient(kube::Error::Api(status))
-        }
-        error @ (kube::Error::HyperError(_)
-        | kube::Error::Service(_)
-        | kube::Error::ReadEvents(_)) => StartupFailure::Transient(error),
+        error if crate::error::is_transient(&error) => StartupFailure::Transient(error),
         source => StartupFailure::Fatal(Error::StartupList {
             scope: scope.to_string(),
             source: Box::new(source),

@@ -10,7 +10,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,111 +18,31 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
-use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisRunStatus};
-use rollouts_e2e::fake_prometheus::FakePrometheus;
-use rollouts_e2e::sim::SimOptions;
+use rollouts_crds::analysis::AnalysisPhase;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::process::{Child, Command};
 
-use support::{NAMESPACE, Sim};
-
-const DEADLINE: Duration = Duration::from_secs(30);
+use support::NAMESPACE;
+use support::analysis_runs::{DEADLINE, RunHarness as Harness};
 
 /// The cap the controller is started with (`--analysis-max-response-bytes`).
 const CAP: usize = 2048;
 
-struct Harness {
-    sim: Sim,
-    prometheus: FakePrometheus,
-    controller: Child,
-}
-
 impl Harness {
-    async fn start() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let sim = Sim::start_with(
-            "rollouts-analysisrun-limits",
-            &NEXT.fetch_add(1, Ordering::Relaxed).to_string(),
-            SimOptions {
-                crd_dirs: vec![support::workspace_root().join("crds/yaml")],
-                ..SimOptions::default()
-            },
-        );
-        let prometheus = FakePrometheus::start().await;
-        let log = std::fs::File::create(sim.dir.0.join("controller.log")).expect("creates the log");
-        let controller = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
-            .arg("--kubeconfig")
-            .arg(&sim.kubeconfig)
-            .args([
-                "--leader-elect=false",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-                "--log-level",
-                "debug",
-                "--prometheus-address",
-                &prometheus.address,
-                "--analysis-max-response-bytes",
-                &CAP.to_string(),
-            ])
-            .stdout(log.try_clone().expect("log handle"))
-            .stderr(log)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starts rollouts-controller");
-        Self {
-            sim,
-            prometheus,
-            controller,
-        }
-    }
-
-    fn runs(&self) -> Api<AnalysisRun> {
-        Api::namespaced(self.sim.client.clone(), NAMESPACE)
-    }
-
-    async fn create(&self, name: &str, metrics: Value, args: Value) {
-        let run: AnalysisRun = serde_json::from_value(json!({
+    /// Creates the run `name` with these metrics and args.
+    async fn create_run(&self, name: &str, metrics: Value, args: Value) {
+        self.create(json!({
             "apiVersion": "argoproj.io/v1alpha1",
             "kind": "AnalysisRun",
             "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"metrics": metrics, "args": args},
         }))
-        .expect("an AnalysisRun");
-        self.runs()
-            .create(&PostParams::default(), &run)
-            .await
-            .expect("creates the AnalysisRun");
-    }
-
-    async fn wait_completed(&self, name: &str) -> AnalysisRunStatus {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let status = self
-                .runs()
-                .get(name)
-                .await
-                .expect("reads the AnalysisRun")
-                .status
-                .unwrap_or_default();
-            if status.phase.is_completed() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {DEADLINE:?} waiting for {name} to complete; status: {status:#?}\ncontroller log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        .await;
     }
 
     /// Notes of the run's events, once it has an `AnalysisRun<Phase>` one.
     async fn wait_for_event_notes(&self, name: &str) -> Vec<String> {
-        let events: Api<Event> = Api::namespaced(self.sim.client.clone(), NAMESPACE);
+        let events: Api<Event> = Api::namespaced(self.client.clone(), NAMESPACE);
         let deadline = Instant::now() + DEADLINE;
         loop {
             let found: Vec<Event> = events
@@ -157,25 +76,24 @@ impl Harness {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.sim.dir.0.join("controller.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = self.controller.start_kill();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_intervals_end_in_error_while_a_control_run_is_measured() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun-limits",
+        &[
+            "--log-level",
+            "debug",
+            "--analysis-max-response-bytes",
+            &CAP.to_string(),
+        ],
+    )
+    .await;
     h.prometheus.values("control", &["1"]);
     h.prometheus.values("spin", &["1"]);
     // Web, measured every 0s: would spin the controller.
-    h.create(
+    h.create_run(
         "zero-interval",
         json!([{
             "name": "spin",
@@ -187,7 +105,7 @@ async fn hostile_intervals_end_in_error_while_a_control_run_is_measured() {
     )
     .await;
     // An interval no timer can hold (it used to panic the AnalysisRun controller).
-    h.create(
+    h.create_run(
         "absurd-interval",
         json!([{
             "name": "forever",
@@ -198,7 +116,7 @@ async fn hostile_intervals_end_in_error_while_a_control_run_is_measured() {
         json!([]),
     )
     .await;
-    h.create(
+    h.create_run(
         "control",
         json!([{
             "name": "rate",
@@ -272,11 +190,20 @@ async fn black_hole() -> (
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_stuck_on_a_slow_provider_do_not_hold_up_the_others() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun-limits",
+        &[
+            "--log-level",
+            "debug",
+            "--analysis-max-response-bytes",
+            &CAP.to_string(),
+        ],
+    )
+    .await;
     let (silent, accepted, server) = black_hole().await;
     // More stuck runs than the default --concurrency (10): each waits its full 60s timeout.
     for i in 0..12 {
-        h.create(
+        h.create_run(
             &format!("stuck-{i}"),
             json!([{
                 "name": "silent",
@@ -300,7 +227,7 @@ async fn runs_stuck_on_a_slow_provider_do_not_hold_up_the_others() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     h.prometheus.values("control", &["1"]);
-    h.create(
+    h.create_run(
         "control",
         json!([{
             "name": "rate",
@@ -326,10 +253,19 @@ async fn runs_stuck_on_a_slow_provider_do_not_hold_up_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_web_answer_is_an_error_naming_the_cap() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun-limits",
+        &[
+            "--log-level",
+            "debug",
+            "--analysis-max-response-bytes",
+            &CAP.to_string(),
+        ],
+    )
+    .await;
     let huge = "9".repeat(CAP * 2);
     h.prometheus.values("huge", &[&huge]);
-    h.create(
+    h.create_run(
         "oversized",
         json!([{
             "name": "web",
@@ -355,7 +291,16 @@ async fn many_metrics_with_large_values_keep_every_written_status_within_budget(
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
 
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun-limits",
+        &[
+            "--log-level",
+            "debug",
+            "--analysis-max-response-bytes",
+            &CAP.to_string(),
+        ],
+    )
+    .await;
     // Each answer just under the cap; each stored value about 1.9 KiB.
     let large = "7".repeat(CAP - 150);
     h.prometheus.values("large", &[&large]);
@@ -397,7 +342,7 @@ async fn many_metrics_with_large_values_keep_every_written_status_within_budget(
                 std::future::ready(())
             }),
     ));
-    h.create("many-large", json!(metrics), json!([])).await;
+    h.create_run("many-large", json!(metrics), json!([])).await;
     let status = h.wait_completed("many-large").await;
     drop(watch);
 
@@ -480,9 +425,18 @@ fn base64(input: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_values_appear_in_no_status_event_or_log() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun-limits",
+        &[
+            "--log-level",
+            "debug",
+            "--analysis-max-response-bytes",
+            &CAP.to_string(),
+        ],
+    )
+    .await;
     let secret = "t0k3n/with+odd=chars&a space\"quoted\"";
-    let secrets: Api<Secret> = Api::namespaced(h.sim.client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), NAMESPACE);
     secrets
         .create(
             &PostParams::default(),
@@ -506,7 +460,7 @@ async fn secret_values_appear_in_no_status_event_or_log() {
     let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let closed_address = format!("http://{}", closed.local_addr().expect("address"));
     drop(closed);
-    h.create(
+    h.create_run(
         "secretive",
         json!([
             {

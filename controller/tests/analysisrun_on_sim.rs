@@ -8,9 +8,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::ops::Deref;
-use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
@@ -20,120 +17,14 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisRunStatus, MetricResult};
+use rollouts_crds::analysis::{AnalysisPhase, AnalysisRunStatus, MetricResult};
 use rollouts_e2e::fake_prometheus::{Answer, FakePrometheus};
-use rollouts_e2e::sim::SimOptions;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
 
-use support::{NAMESPACE, Sim};
-
-const DEADLINE: Duration = Duration::from_secs(30);
-
-/// kube-sim with our CRDs, the controller binary pointed at it, and a default Prometheus.
-struct Harness {
-    shared: Sim,
-    prometheus: FakePrometheus,
-    controller: Child,
-}
-
-impl Deref for Harness {
-    type Target = Sim;
-
-    fn deref(&self) -> &Sim {
-        &self.shared
-    }
-}
+use support::NAMESPACE;
+use support::analysis_runs::{DEADLINE, RunHarness as Harness};
 
 impl Harness {
-    async fn start() -> Self {
-        // Tests have no names here: a counter keeps their temp dirs apart.
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let sim = Sim::start_with(
-            "rollouts-analysisrun",
-            &NEXT.fetch_add(1, Ordering::Relaxed).to_string(),
-            SimOptions {
-                crd_dirs: vec![support::workspace_root().join("crds/yaml")],
-                ..SimOptions::default()
-            },
-        );
-        let prometheus = FakePrometheus::start().await;
-        let log = std::fs::File::create(sim.dir.0.join("controller.log")).expect("creates the log");
-        let controller = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
-            .arg("--kubeconfig")
-            .arg(&sim.kubeconfig)
-            .args([
-                "--leader-elect=false",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-                "--log-level",
-                "info,rollouts_controller=debug",
-                "--prometheus-address",
-                &prometheus.address,
-            ])
-            .stdout(log.try_clone().expect("log handle"))
-            .stderr(log)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starts rollouts-controller");
-        Self {
-            shared: sim,
-            prometheus,
-            controller,
-        }
-    }
-
-    fn runs(&self) -> Api<AnalysisRun> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
-    }
-
-    async fn create(&self, manifest: Value) -> AnalysisRun {
-        let run: AnalysisRun = serde_json::from_value(manifest).expect("an AnalysisRun");
-        self.runs()
-            .create(&PostParams::default(), &run)
-            .await
-            .expect("creates the AnalysisRun")
-    }
-
-    async fn status(&self, name: &str) -> AnalysisRunStatus {
-        self.runs()
-            .get(name)
-            .await
-            .expect("reads the AnalysisRun")
-            .status
-            .unwrap_or_default()
-    }
-
-    /// Polls the run until `done` holds for its status; fails with the controller's log.
-    async fn wait_for(
-        &self,
-        name: &str,
-        what: &str,
-        done: impl Fn(&AnalysisRunStatus) -> bool,
-    ) -> AnalysisRunStatus {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let status = self.status(name).await;
-            if done(&status) {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {DEADLINE:?} waiting for {name} to be {what}; status: {status:#?}\ncontroller log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn wait_completed(&self, name: &str) -> AnalysisRunStatus {
-        self.wait_for(name, "completed", |s| s.phase.is_completed())
-            .await
-    }
-
     /// Status writes to the run's `/status`, as the API server saw them.
     fn status_writes(&self, name: &str) -> usize {
         self.sim
@@ -190,16 +81,6 @@ impl Harness {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.0.join("controller.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = self.controller.start_kill();
-    }
 }
 
 /// A run with one Prometheus metric named `metric`; `fields` add to or override the metric.
@@ -227,7 +108,11 @@ fn only_result(status: &AnalysisRunStatus) -> &MetricResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_good_metric_ends_successful_and_is_never_measured_again() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun",
+        &["--log-level", "info,rollouts_controller=debug"],
+    )
+    .await;
     let secrets: Api<Secret> = Api::namespaced(h.client.clone(), NAMESPACE);
     secrets
         .create(
@@ -314,7 +199,11 @@ async fn a_good_metric_ends_successful_and_is_never_measured_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_metric_fails_after_exactly_the_consecutive_failure_limit() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun",
+        &["--log-level", "info,rollouts_controller=debug"],
+    )
+    .await;
     let query = "success_rate{run=\"bad\"}";
     // One bad value alone does not fail the run; the second of two in a row does.
     h.prometheus
@@ -364,7 +253,11 @@ async fn a_bad_metric_fails_after_exactly_the_consecutive_failure_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_during_the_initial_delay_are_not_judged() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun",
+        &["--log-level", "info,rollouts_controller=debug"],
+    )
+    .await;
     let query = "success_rate{run=\"delayed\"}";
     let now = Timestamp::now().as_second();
     // Bad until two seconds from now (no later than the run's start plus its delay).
@@ -405,7 +298,11 @@ async fn values_during_the_initial_delay_are_not_judged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prometheus_that_goes_away_errors_the_run_never_passes_it() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun",
+        &["--log-level", "info,rollouts_controller=debug"],
+    )
+    .await;
     // This metric names its own address rather than taking the flag's default.
     let own = FakePrometheus::start().await;
     let query = "success_rate{run=\"unreachable\"}";
@@ -460,7 +357,11 @@ async fn a_prometheus_that_goes_away_errors_the_run_never_passes_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminate_stops_a_running_run() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun",
+        &["--log-level", "info,rollouts_controller=debug"],
+    )
+    .await;
     let query = "success_rate{run=\"endless\"}";
     h.prometheus.values(query, &["0.99"]);
     h.create(run_manifest(
@@ -493,7 +394,11 @@ async fn terminate_stops_a_running_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_run_is_deleted_when_its_ttl_runs_out() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun",
+        &["--log-level", "info,rollouts_controller=debug"],
+    )
+    .await;
     let query = "success_rate{run=\"short-lived\"}";
     h.prometheus.values(query, &["0.99"]);
     let mut manifest = run_manifest("short-lived", json!({}), query, "result[0] >= 0.95");
@@ -525,7 +430,11 @@ async fn a_finished_run_is_deleted_when_its_ttl_runs_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_and_job_metrics_are_measured_by_their_providers() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun",
+        &["--log-level", "info,rollouts_controller=debug"],
+    )
+    .await;
     h.prometheus.values("web_check", &["0.99"]);
     let created = h
         .create(json!({
@@ -617,7 +526,11 @@ async fn web_and_job_metrics_are_measured_by_their_providers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_that_does_not_exist_ends_the_run_in_error_naming_it() {
-    let h = Harness::start().await;
+    let h = Harness::start(
+        "rollouts-analysisrun",
+        &["--log-level", "info,rollouts_controller=debug"],
+    )
+    .await;
     let query = "success_rate{run=\"no-secret\"}";
     h.prometheus.values(query, &["0.99"]);
     let mut manifest = run_manifest(

@@ -9,7 +9,6 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, MetricResult};
 use rollouts_e2e::fake_prometheus::FakePrometheus;
@@ -87,25 +86,13 @@ async fn step_result(sim: &Sim) -> Option<MetricResult> {
         .cloned()
 }
 
-/// `web`'s ReplicaSets by pod-template hash: (spec.replicas, availableReplicas).
+/// `web`'s ReplicaSets by pod-template hash (their names are `web-<hash>`): (spec.replicas,
+/// availableReplicas).
 async fn by_hash(sim: &Sim) -> BTreeMap<String, (i32, i32)> {
-    sim.owned_replica_sets("web")
+    sim.replica_sets("web")
         .await
-        .iter()
-        .map(|rs| {
-            let hash = rs
-                .labels()
-                .get("rollouts-pod-template-hash")
-                .cloned()
-                .unwrap_or_default();
-            let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            let available = rs
-                .status
-                .as_ref()
-                .and_then(|s| s.available_replicas)
-                .unwrap_or(0);
-            (hash, (replicas, available))
-        })
+        .into_iter()
+        .map(|(name, counts)| (name.trim_start_matches("web-").to_string(), counts))
         .collect()
 }
 

@@ -106,16 +106,11 @@ const EVENT_RETRY_DELAYS: [std::time::Duration; 3] = [
     std::time::Duration::from_millis(900),
 ];
 
-/// Whether a failed event write may succeed if sent again: a server error (but 501 Not
-/// Implemented), a throttle (429), a timeout (408), a conflict, or no answer at all.
+/// Whether a failed event write may succeed if sent again: a transient failure
+/// ([`crate::error::is_transient`]) or a conflict.
 fn worth_retrying(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => {
-            matches!(status.code, 408 | 409 | 429) || (status.code >= 500 && status.code != 501)
-        }
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
-        _ => false,
-    }
+    crate::error::is_transient(error)
+        || matches!(error, kube::Error::Api(status) if status.code == 409)
 }
 
 /// The event's `action`: its message, cut to the API's 128 bytes. The recorder folds events

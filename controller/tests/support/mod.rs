@@ -5,6 +5,8 @@
 // Each test file is its own crate and uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod analysis_runs;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
