@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{eventually_blocking, sim_with};
+use rollouts_e2e::sim::traffic::TrafficNoise;
 use rollouts_e2e::sim::traffic::prometheus::Prometheus;
 use rollouts_e2e::sim::{SimHandle, SimOptions};
 use serde_json::{Value, json};
@@ -511,6 +512,65 @@ fn the_load_rps_option_feeds_every_service_without_an_rps_annotation() {
     );
     let window = measure(&sim, "default", &[("stable", 2)]);
     assert_eq!(window.of_hash("canary"), 0, "{window:?}");
+}
+
+/// Cumulative `http_request_duration_seconds_bucket` counts of a hash, by `le` bound as text.
+fn latency_buckets(sim: &SimHandle, hash: &str) -> BTreeMap<String, u64> {
+    let address = sim.metrics_address().expect("the metrics listener is on");
+    let (_, body) = http_get(address, "/metrics").expect("GET /metrics answers");
+    let mut buckets = BTreeMap::new();
+    for line in body.lines().filter(|l| {
+        l.starts_with("http_request_duration_seconds_bucket{")
+            && l.contains(&format!("rollouts_pod_template_hash=\"{hash}\""))
+    }) {
+        let (labels, value) = line.rsplit_once("} ").expect("a sample");
+        let le = labels
+            .rsplit_once("le=\"")
+            .map(|(_, v)| v.trim_end_matches('"').to_string())
+            .expect("an le label");
+        let count: u64 = value.parse().expect("a bucket count");
+        *buckets.entry(le).or_default() += count;
+    }
+    buckets
+}
+
+#[test]
+fn noisy_traffic_draws_errors_and_log_normal_latencies_from_its_seed() {
+    let sim = sim_with(SimOptions {
+        load_rps: 2000.0,
+        traffic_noise: Some(TrafficNoise {
+            seed: 7,
+            ..TrafficNoise::default()
+        }),
+        ..SimOptions::default()
+    });
+    version(
+        &sim,
+        "default",
+        "noisy",
+        2,
+        json!([
+            {"name": "SIM_ERROR_RATE", "value": "0.1"},
+            {"name": "SIM_LATENCY_MS", "value": "100"},
+            {"name": "SIM_LATENCY_SPREAD", "value": "0.5"},
+        ]),
+    );
+    let selector = json!({"app": "web", "rollouts-pod-template-hash": "noisy"});
+    service(&sim, "default", "web", selector, json!({}));
+    let window = measure(&sim, "default", &[("noisy", 2)]);
+    let share = window.errors_of_hash("noisy") as f64 / window.of_hash("noisy") as f64;
+    // 10% of about 1,000 requests: a standard deviation of 1%, pods' factors add about as much.
+    assert!(
+        (0.05..0.15).contains(&share),
+        "error share {share}: {window:?}"
+    );
+    // ln(latency) ~ N(ln 0.1, 0.5): about 8% under 50 ms, half under 100 ms, 97% under 250 ms.
+    let buckets = latency_buckets(&sim, "noisy");
+    let total = buckets["+Inf"] as f64;
+    let under = |le: &str| buckets[le] as f64 / total;
+    assert!(under("0.05") > 0.02 && under("0.05") < 0.2, "{buckets:?}");
+    assert!(under("0.1") > 0.35 && under("0.1") < 0.65, "{buckets:?}");
+    assert!(under("0.25") > 0.9 && under("0.25") < 1.0, "{buckets:?}");
 }
 
 #[test]

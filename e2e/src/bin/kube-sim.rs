@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use rollouts_e2e::sim::faults::{Hold, RandomFaults, WriteCut};
+use rollouts_e2e::sim::traffic::TrafficNoise;
 use rollouts_e2e::sim::{Faults, SimOptions, start};
 
 /// A Kubernetes API server and workload simulator on a loopback port.
@@ -86,6 +87,19 @@ struct Args {
     /// Write a Prometheus file_sd target file here (one target per pod) as pods come and go.
     #[arg(long)]
     prometheus_sd_file: Option<PathBuf>,
+    /// Noisy traffic: draw request arrivals (Poisson), errors (each with its pod's error rate)
+    /// and latencies (log-normal) from this seed instead of counting them.
+    #[arg(long)]
+    traffic_seed: Option<u64>,
+    /// Noisy traffic: sigma of each pod's log-normal factor on its error rate and latency.
+    #[arg(long, default_value_t = 0.1)]
+    traffic_pod_spread: f64,
+    /// Noisy traffic: relative amplitude (0..1) of the load's sine swing.
+    #[arg(long, default_value_t = 0.2)]
+    traffic_load_swing: f64,
+    /// Noisy traffic: period of the load's swing, in seconds.
+    #[arg(long, default_value_t = 120)]
+    traffic_load_period_seconds: u64,
 }
 
 fn main() -> ExitCode {
@@ -107,6 +121,16 @@ fn main() -> ExitCode {
             "kube-sim: --load-rps {}: must be a non-negative number of requests per second",
             args.load_rps
         );
+        return ExitCode::from(2);
+    }
+    let traffic_noise = args.traffic_seed.map(|seed| TrafficNoise {
+        seed,
+        pod_spread: args.traffic_pod_spread,
+        load_swing: args.traffic_load_swing,
+        load_period: Duration::from_secs(args.traffic_load_period_seconds),
+    });
+    if let Some(Err(e)) = traffic_noise.as_ref().map(TrafficNoise::validate) {
+        eprintln!("kube-sim: {e}");
         return ExitCode::from(2);
     }
     let options = SimOptions {
@@ -145,6 +169,7 @@ fn main() -> ExitCode {
         metrics_listen: Some(args.metrics_listen),
         load_rps: args.load_rps,
         prometheus_sd_file: args.prometheus_sd_file,
+        traffic_noise,
         ..SimOptions::default()
     };
     let sim = match start(options) {

@@ -17,7 +17,7 @@ use super::request_log::{RequestLog, RequestRecord};
 use super::server::{self, Sim};
 use super::status::ApiError;
 use super::store::{Store, Target};
-use super::traffic::{self, TrafficOptions};
+use super::traffic::{self, TrafficNoise, TrafficOptions};
 
 /// How to run the simulator. `SimOptions::default()` listens on an ephemeral loopback port.
 #[derive(Debug, Clone)]
@@ -44,6 +44,9 @@ pub struct SimOptions {
     pub traffic_tick: Duration,
     /// Write a Prometheus file_sd target file (one target per pod) here as pods come and go.
     pub prometheus_sd_file: Option<PathBuf>,
+    /// Noisy traffic: draw arrivals, errors and latencies from this seed; None (the default)
+    /// counts them exactly.
+    pub traffic_noise: Option<TrafficNoise>,
 }
 
 impl Default for SimOptions {
@@ -60,6 +63,7 @@ impl Default for SimOptions {
             load_rps: 0.0,
             traffic_tick: Duration::from_millis(100),
             prometheus_sd_file: None,
+            traffic_noise: None,
         }
     }
 }
@@ -95,6 +99,7 @@ pub fn start(options: SimOptions) -> io::Result<SimHandle> {
         load_rps: options.load_rps,
         tick: options.traffic_tick,
         prometheus_sd_file: options.prometheus_sd_file.clone(),
+        noise: options.traffic_noise.clone(),
     };
     let store = Store::new(options.event_log_capacity);
     {

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::{
     HEADER_ANNOTATION, HEADER_SHARE_ANNOTATION, RPS_ANNOTATION, SIM_ERROR_RATE, SIM_LATENCY_MS,
-    SIM_WARMUP_ERROR_RATE, SIM_WARMUP_SECONDS,
+    SIM_LATENCY_SPREAD, SIM_SLOW_FACTOR, SIM_SLOW_SHARE, SIM_WARMUP_ERROR_RATE, SIM_WARMUP_SECONDS,
 };
 use crate::sim::meta::{meta_str, parse_rfc3339};
 use crate::sim::registry::ResourceKey;
@@ -69,8 +69,15 @@ pub struct Pod {
     pub ready: bool,
     /// Share of requests answered 500 (`SIM_ERROR_RATE` of its first container).
     pub error_rate: f64,
-    /// Latency of every request in seconds (`SIM_LATENCY_MS` of its first container).
+    /// Latency of every request in seconds (`SIM_LATENCY_MS` of its first container); the
+    /// median of the log-normal its latencies are drawn from when traffic is noisy.
     pub latency_seconds: f64,
+    /// Noisy traffic only: sigma of ln(latency) (`SIM_LATENCY_SPREAD`, default 0.3).
+    pub latency_spread: f64,
+    /// Noisy traffic only: share of requests in the slow tail (`SIM_SLOW_SHARE`, default 0).
+    pub slow_share: f64,
+    /// Noisy traffic only: how many times slower a slow request is (`SIM_SLOW_FACTOR`, default 10).
+    pub slow_factor: f64,
     /// Until when, and at which error rate, it answers while warming up (`SIM_WARMUP_SECONDS`
     /// after its Ready condition's transition time, at `SIM_WARMUP_ERROR_RATE`).
     pub warm_up: Option<(SystemTime, f64)>,
@@ -364,12 +371,36 @@ fn pod_of(obj: &Value, key: &ObjectKey) -> Pod {
             0.0
         }
     });
+    let number = |name: &str, default: f64, valid: fn(f64) -> bool, example: &str| {
+        env(name).map_or(default, |v| match v.parse::<f64>() {
+            Ok(n) if valid(n) => n,
+            _ => {
+                eprintln!(
+                    "kube-sim: pod {}/{}: env {name}={v:?} of its first container is not valid; \
+                     using {default} (set e.g. \"{example}\")",
+                    key.0, key.1
+                );
+                default
+            }
+        })
+    };
+    let latency_spread = number(
+        SIM_LATENCY_SPREAD,
+        0.3,
+        |n| n >= 0.0 && n.is_finite(),
+        "0.3",
+    );
+    let slow_share = number(SIM_SLOW_SHARE, 0.0, |n| (0.0..=1.0).contains(&n), "0.01");
+    let slow_factor = number(SIM_SLOW_FACTOR, 10.0, |n| n >= 1.0 && n.is_finite(), "10");
     Pod {
         labels,
         template_hash,
         ready,
         error_rate,
         latency_seconds,
+        latency_spread,
+        slow_share,
+        slow_factor,
         warm_up,
     }
 }

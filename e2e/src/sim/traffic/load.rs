@@ -2,13 +2,15 @@
 //! (fractions carried to the next tick), a set share of them carrying the configured header;
 //! each request takes the front's route for it, a destination by smooth weighted round-robin,
 //! and a ready pod of that destination round-robin; the pod answers by its error rate.
-//! Everything is counted, not drawn at random, so a test knows the split exactly.
+//! Everything is counted, not drawn at random, so a test knows the split exactly; with noise
+//! (`super::noise`) arrivals, errors and latencies are drawn instead, splits stay counted.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use super::cluster::Cluster;
 use super::metrics::Metrics;
+use super::noise::Noise;
 use super::routes::{Destination, Front};
 use crate::sim::store::ObjectKey;
 
@@ -84,9 +86,25 @@ pub struct Generator {
     state: HashMap<String, FrontState>,
     /// Round-robin position per (Service, subset).
     cursors: HashMap<(ObjectKey, Option<String>), usize>,
+    /// Noisy traffic's draws; None counts.
+    noise: Option<Noise>,
 }
 
 impl Generator {
+    pub fn new(noise: Option<Noise>) -> Self {
+        Self {
+            noise,
+            ..Self::default()
+        }
+    }
+
+    /// Forgets what it drew for pods that are gone.
+    pub fn retain_pods(&mut self, cluster: &Cluster) {
+        if let Some(noise) = &mut self.noise {
+            noise.retain_pods(|key| cluster.pods.contains_key(key));
+        }
+    }
+
     /// Takes the rebuilt fronts, keeping the counters of those still there.
     pub fn set_fronts(&mut self, fronts: Vec<Front>) {
         self.state
@@ -102,7 +120,11 @@ impl Generator {
         default_rps: f64,
         elapsed: Duration,
     ) {
-        let seconds = elapsed.min(MAX_CATCH_UP).as_secs_f64();
+        let elapsed = elapsed.min(MAX_CATCH_UP);
+        let seconds = elapsed.as_secs_f64();
+        if let Some(noise) = &mut self.noise {
+            noise.advance(elapsed);
+        }
         let mut ready: HashMap<(ObjectKey, Option<String>), Vec<String>> = HashMap::new();
         for front in &self.fronts {
             let load = front.load(cluster, default_rps);
@@ -112,10 +134,16 @@ impl Generator {
                 state.carry = 0.0;
                 continue;
             }
-            let owed = state.carry + rps * seconds;
-            let count = owed.floor();
-            state.carry = owed - count;
-            for _ in 0..count as u64 {
+            let count = match &mut self.noise {
+                Some(noise) => noise.arrivals(rps, seconds),
+                None => {
+                    let owed = state.carry + rps * seconds;
+                    let count = owed.floor();
+                    state.carry = owed - count;
+                    count as u64
+                }
+            };
+            for _ in 0..count {
                 let header = match &load.header {
                     Some((name, value)) if state.header.take(load.header_share) => {
                         Some((name.as_str(), value.as_str()))
@@ -130,7 +158,14 @@ impl Generator {
                 let picked = state.pickers.entry(index).or_default().pick(&weights);
                 if let Some(chosen) = picked {
                     let destination = &route.backends[chosen].0;
-                    deliver(cluster, metrics, &mut self.cursors, &mut ready, destination);
+                    deliver(
+                        cluster,
+                        metrics,
+                        &mut self.cursors,
+                        &mut ready,
+                        self.noise.as_mut(),
+                        destination,
+                    );
                 }
                 if let Some((mirror, percent)) = &route.mirror
                     && state
@@ -139,7 +174,14 @@ impl Generator {
                         .or_default()
                         .take(percent / 100.0)
                 {
-                    deliver(cluster, metrics, &mut self.cursors, &mut ready, mirror);
+                    deliver(
+                        cluster,
+                        metrics,
+                        &mut self.cursors,
+                        &mut ready,
+                        self.noise.as_mut(),
+                        mirror,
+                    );
                 }
             }
         }
@@ -152,6 +194,7 @@ fn deliver(
     metrics: &mut Metrics,
     cursors: &mut HashMap<(ObjectKey, Option<String>), usize>,
     ready: &mut HashMap<(ObjectKey, Option<String>), Vec<String>>,
+    noise: Option<&mut Noise>,
     destination: &Destination,
 ) {
     let key = (
@@ -177,7 +220,16 @@ fn deliver(
     let (Some(pod), Some(series)) = (cluster.pods.get(&pod_key), metrics.pod_mut(&pod_key)) else {
         return;
     };
-    series.record(pod.error_rate_at(SystemTime::now()), pod.latency_seconds);
+    let error_rate = pod.error_rate_at(SystemTime::now());
+    match noise {
+        Some(noise) => {
+            let answer = noise.answer(&pod_key, pod, error_rate);
+            series.observe(answer.error, answer.latency_seconds);
+        }
+        None => {
+            series.record(error_rate, pod.latency_seconds);
+        }
+    }
 }
 
 #[cfg(test)]

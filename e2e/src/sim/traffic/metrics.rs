@@ -56,7 +56,13 @@ impl PodSeries {
         let total = self.ok + self.errors + 1 - base_requests;
         // The epsilon keeps 10 x 0.1 at 1 whatever the float rounding.
         let errors_due = base_errors + (total as f64 * error_rate + 1e-9).floor() as u64;
-        let code = if errors_due > self.errors {
+        self.observe(errors_due > self.errors, latency_seconds)
+    }
+
+    /// Records one request whose outcome was decided elsewhere (noisy traffic draws it) and
+    /// returns its response code.
+    pub fn observe(&mut self, error: bool, latency_seconds: f64) -> u16 {
+        let code = if error {
             self.errors += 1;
             500
         } else {

@@ -3,7 +3,8 @@
 //! HTTPRoutes, or a Service's ready pods when no router points at it); each pod answers by its
 //! `SIM_ERROR_RATE` (or `SIM_WARMUP_ERROR_RATE` in its first `SIM_WARMUP_SECONDS`) and
 //! `SIM_LATENCY_MS` and "serves" Prometheus metrics for what it received, on one loopback
-//! listener, with an optional file_sd target file for a real Prometheus.
+//! listener, with an optional file_sd target file for a real Prometheus. Requests are counted,
+//! not drawn, unless noisy traffic is asked for (`noise`).
 //!
 //! It follows store events (no polling of lists) and makes requests on a tick. `prometheus`
 //! runs a real Prometheus against it for tests.
@@ -14,6 +15,7 @@ mod istio;
 mod load;
 mod metrics;
 mod nginx;
+mod noise;
 pub mod prometheus;
 mod routes;
 mod sd;
@@ -31,6 +33,8 @@ use cluster::Cluster;
 pub use cluster::POD_TEMPLATE_HASH_LABEL;
 use load::Generator;
 pub use metrics::{BUCKETS, SharedMetrics};
+use noise::Noise;
+pub use noise::TrafficNoise;
 
 /// Service annotation: requests per second sent to the Service (through its router, if any).
 pub const RPS_ANNOTATION: &str = "sim.rollouts.dev/rps";
@@ -47,6 +51,12 @@ pub const SIM_LATENCY_MS: &str = "SIM_LATENCY_MS";
 pub const SIM_WARMUP_SECONDS: &str = "SIM_WARMUP_SECONDS";
 /// First-container env var: share (0..1) of requests answered 500 during the warm-up.
 pub const SIM_WARMUP_ERROR_RATE: &str = "SIM_WARMUP_ERROR_RATE";
+/// First-container env var, noisy traffic only: sigma of ln(latency) around `SIM_LATENCY_MS`.
+pub const SIM_LATENCY_SPREAD: &str = "SIM_LATENCY_SPREAD";
+/// First-container env var, noisy traffic only: share (0..1) of requests in the slow tail.
+pub const SIM_SLOW_SHARE: &str = "SIM_SLOW_SHARE";
+/// First-container env var, noisy traffic only: how many times slower a slow request is.
+pub const SIM_SLOW_FACTOR: &str = "SIM_SLOW_FACTOR";
 
 /// How the traffic simulation runs.
 #[derive(Debug, Clone)]
@@ -57,6 +67,8 @@ pub struct TrafficOptions {
     pub tick: Duration,
     /// Write a Prometheus file_sd target file here as pods come and go.
     pub prometheus_sd_file: Option<PathBuf>,
+    /// Draw arrivals, errors and latencies at random from this seed; None counts them.
+    pub noise: Option<TrafficNoise>,
 }
 
 /// Runs the metrics listener and the load generator until the simulator shuts down.
@@ -78,7 +90,7 @@ pub async fn run(sim: Arc<Sim>, listener: tokio::net::TcpListener, options: Traf
         let state = sim.store.lock();
         (Cluster::from_state(&state), sim.store.subscribe())
     };
-    let mut generator = Generator::default();
+    let mut generator = Generator::new(options.noise.clone().map(Noise::new));
     let (mut topology_changed, mut pods_changed) = (true, true);
     let mut ticks = tokio::time::interval(options.tick);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -102,6 +114,7 @@ pub async fn run(sim: Arc<Sim>, listener: tokio::net::TcpListener, options: Traf
                 if pods_changed {
                     pods_changed = false;
                     sync_pods(&cluster, &metrics, address, options.prometheus_sd_file.as_deref());
+                    generator.retain_pods(&cluster);
                 }
                 if topology_changed {
                     topology_changed = false;
