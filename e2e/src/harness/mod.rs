@@ -77,6 +77,9 @@ pub struct Scenario {
     /// the controller, Prometheus before kube-sim.
     prometheus: Option<Process>,
     kube_sim: Option<Process>,
+    /// kube-sim's pod metrics (`/metrics`, every pod's counters read at one instant); None on
+    /// a real cluster.
+    sim_metrics: Option<String>,
 }
 
 impl Scenario {
@@ -108,9 +111,10 @@ impl Scenario {
         let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
         let kubeconfig = dir.join("kubeconfig.yaml");
         let sd_file = dir.join("prometheus-targets.json");
+        let sim_metrics = free_loopback_port()?;
         let mut command = Command::new(&binaries.kube_sim);
         command
-            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", &sim_metrics])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--crds")
@@ -147,6 +151,7 @@ impl Scenario {
             real: false,
             prometheus: Some(prometheus.0),
             kube_sim: Some(kube_sim),
+            sim_metrics: Some(sim_metrics),
         })
     }
 
@@ -207,6 +212,7 @@ impl Scenario {
             real: true,
             prometheus: None,
             kube_sim: None,
+            sim_metrics: None,
         })
     }
 
@@ -238,6 +244,12 @@ impl Scenario {
     /// Running against a real cluster rather than kube-sim.
     pub fn is_real_cluster(&self) -> bool {
         self.real
+    }
+
+    /// Where kube-sim serves every simulated pod's counters (host:port, GET `/metrics`);
+    /// None on a real cluster.
+    pub fn sim_metrics(&self) -> Option<&str> {
+        self.sim_metrics.as_deref()
     }
 
     /// Prometheus as the AnalysisTemplates address it.

@@ -164,15 +164,38 @@ fn rates_by_hash(matrix: &Value, since: f64) -> BTreeMap<String, f64> {
     rates
 }
 
-/// Each revision's share (0..1) of the requests routed after `since`, measured once every
-/// scraped pod series holds samples spanning at least `window` after it. Fails the scenario
-/// at `deadline`, or when no request was seen at all.
+/// Each revision's share (0..1) of the requests routed after `since`, over `window`. On
+/// kube-sim, exactly: every pod's counters are read at one instant now and again `window`
+/// later, so the shares are the requests really delivered in between, whatever the machine's
+/// load (Prometheus scrapes each pod at its own moment, and a stalled load generator catching
+/// up between two scrapes of one pod but not of another skews per-series rates by several
+/// percent). On a real cluster, from Prometheus once every scraped pod series holds samples
+/// spanning at least `window` after `since`, failing the scenario at `deadline`. Fails the
+/// scenario when no request was seen at all.
 pub fn traffic_shares_since(
     s: &Scenario,
     since: SystemTime,
     window: Duration,
     deadline: Duration,
 ) -> BTreeMap<String, f64> {
+    if let Some(metrics) = s.sim_metrics() {
+        let counts = || {
+            sim_requests_by_hash(metrics).unwrap_or_else(|e| panic!("scenario {}: {e}", s.name()))
+        };
+        let before = counts();
+        // The measurement window itself: the counters are compared across it.
+        std::thread::sleep(window);
+        let after = counts();
+        let delivered: BTreeMap<String, f64> = after
+            .into_iter()
+            .map(|(hash, count)| {
+                let earlier = before.get(&hash).copied().unwrap_or(0);
+                (hash, count.saturating_sub(earlier) as f64)
+            })
+            .filter(|(_, count)| *count > 0.0)
+            .collect();
+        return shares(s, delivered);
+    }
     // The first sample after `since` comes at most one scrape later.
     let needed = unix_seconds(since) + window.as_secs_f64() + SCRAPE_INTERVAL.as_secs_f64();
     let prometheus = BaseUrl::parse(s.prometheus_address())
@@ -192,14 +215,55 @@ pub fn traffic_shares_since(
     );
     let rates =
         requests_by_hash_since(s, since).unwrap_or_else(|e| panic!("scenario {}: {e}", s.name()));
-    let total: f64 = rates.values().sum();
-    then.holds(total > 0.0, || {
-        format!("Prometheus saw no requests at all after the change: {rates:?}")
+    shares(s, rates)
+}
+
+/// Each hash's share of `amounts`; fails the scenario when there is nothing to share.
+fn shares(s: &Scenario, amounts: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    let total: f64 = amounts.values().sum();
+    s.then().holds(total > 0.0, || {
+        format!("no requests at all reached the pods after the change: {amounts:?}")
     });
-    rates
+    amounts
         .into_iter()
-        .map(|(hash, rate)| (hash, rate / total))
+        .map(|(hash, amount)| (hash, amount / total))
         .collect()
+}
+
+/// Requests every simulated pod has received so far, summed by pod template hash, from
+/// kube-sim's `/metrics` (one consistent snapshot of every pod's counters).
+fn sim_requests_by_hash(metrics: &str) -> Result<BTreeMap<String, u64>, String> {
+    let (status, body) = super::http::get(metrics, "/metrics")?;
+    if status != 200 {
+        return Err(format!("GET http://{metrics}/metrics answered {status}"));
+    }
+    Ok(requests_by_hash_in(&body))
+}
+
+/// `http_requests_total` of a Prometheus text exposition, summed by its
+/// `rollouts_pod_template_hash` label.
+fn requests_by_hash_in(text: &str) -> BTreeMap<String, u64> {
+    const HASH_LABEL: &str = "rollouts_pod_template_hash=\"";
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("http_requests_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Some(hash) = labels
+            .split_once(HASH_LABEL)
+            .and_then(|(_, tail)| tail.split_once('"'))
+            .map(|(hash, _)| hash)
+        else {
+            continue;
+        };
+        if let Ok(count) = value.trim().parse::<u64>() {
+            *counts.entry(hash.to_string()).or_insert(0) += count;
+        }
+    }
+    counts
 }
 
 fn unix_seconds(at: SystemTime) -> f64 {
@@ -215,6 +279,21 @@ const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn sim_counters_are_summed_by_hash_over_codes_and_pods() {
+        let text = "# TYPE http_requests_total counter\n\
+            http_requests_total{namespace=\"default\",pod=\"a-1\",rollouts_pod_template_hash=\"a\",code=\"200\"} 7\n\
+            http_requests_total{namespace=\"default\",pod=\"a-1\",rollouts_pod_template_hash=\"a\",code=\"500\"} 3\n\
+            http_requests_total{namespace=\"default\",pod=\"a-2\",rollouts_pod_template_hash=\"a\",code=\"200\"} 5\n\
+            http_requests_total{namespace=\"default\",pod=\"b-1\",rollouts_pod_template_hash=\"b\",code=\"200\"} 4\n\
+            http_request_duration_seconds_count{namespace=\"default\",pod=\"b-1\",rollouts_pod_template_hash=\"b\"} 4\n";
+        let counts = requests_by_hash_in(text);
+        assert_eq!(
+            counts,
+            BTreeMap::from([("a".to_string(), 15), ("b".to_string(), 4)])
+        );
+    }
 
     #[test]
     fn each_router_object_gives_the_canary_weight() {
