@@ -24,6 +24,7 @@ use crate::claims::{Claims, SERVICE, claims_of};
 use crate::context::Context;
 use crate::decode::Decoded;
 use crate::error::{Error, Result};
+use crate::planner::template_match;
 use crate::planner::{
     self, Observed, ObservedAnalysisRun, ObservedDeployment, ObservedPod, ObservedReplicaSet,
     ObservedTemplates, SharedObject, TemplateKey,
@@ -43,13 +44,20 @@ pub async fn observe(
     ctx: &Context,
 ) -> Result<(Observed, LiveServices)> {
     let uid = rollout.uid().unwrap_or_default();
-    let replica_sets: Vec<ObservedReplicaSet> = ctx
+    let owned_replica_sets: Vec<_> = ctx
         .caches
         .replica_sets
         .owned_by(&uid)
-        .iter()
+        .into_iter()
         .filter(|rs| selected_by(rollout, rs.labels()))
+        .collect();
+    let replica_sets: Vec<ObservedReplicaSet> = owned_replica_sets
+        .iter()
         .map(|rs| observed_replica_set(rs))
+        .collect();
+    let template_digests = owned_replica_sets
+        .iter()
+        .filter_map(|rs| Some((rs.name_any(), template_match::cached_digest(rs)?.clone())))
         .collect();
     let analysis_runs = ctx
         .caches
@@ -95,6 +103,7 @@ pub async fn observe(
         // Read by `templates` only when a plan creates a run.
         analysis_templates: None,
         live_templates,
+        template_digests,
         shared_objects,
     };
     Ok((observed, services))

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::context::caught_up;
 use crate::decode::{Decoded, Undecodable};
+use crate::planner::template_match;
 
 /// How long a write may stay unseen by the watch before the cache is trusted anyway: a watch
 /// that lost the event relists, and a reconcile must not wait on it forever.
@@ -463,12 +464,14 @@ fn blocking(undecodable: &Undecodable) -> Option<Blocking> {
     })
 }
 
-/// Drops what observe never reads from a ReplicaSet: the pod template (the bulk of it; the
-/// hash label names the template), the selector, status conditions and managedFields.
+/// Drops what observe never reads from a ReplicaSet: the pod template (the bulk of it; a
+/// template that holds only its digest takes its place, see `planner::template_match`), the
+/// selector, status conditions and managedFields.
 pub fn strip_replica_set(rs: &mut ReplicaSet) {
     rs.metadata.managed_fields = None;
+    let digest = template_match::live_digest(rs);
     if let Some(spec) = rs.spec.as_mut() {
-        spec.template = None;
+        spec.template = digest.map(template_match::digest_holder);
         spec.selector = Default::default();
     }
     if let Some(status) = rs.status.as_mut() {
@@ -735,10 +738,11 @@ mod tests {
             conditions: Some(Vec::new()),
             ..ReplicaSetStatus::default()
         });
+        let digest = template_match::live_digest(&rs).expect("a digest");
         strip_replica_set(&mut rs);
         assert_eq!(rs.metadata.managed_fields, None);
         let spec = rs.spec.as_ref().expect("spec");
-        assert_eq!(spec.template, None);
+        assert_eq!(spec.template, Some(template_match::digest_holder(digest)));
         assert_eq!(spec.replicas, Some(1));
         let status = rs.status.as_ref().expect("status");
         assert_eq!(status.available_replicas, Some(1));

@@ -19,7 +19,6 @@ use rollouts_crds::rollout::{
 };
 
 use super::analysis_runs::{pending_pointer, record_run_phase};
-use super::hash::pod_template_hash_of_value;
 use super::pause::{PauseDecisions, pause_expiry};
 use super::replicas::sum_counts;
 use super::revisions::{self, has_scale_down_annotation, scale_down_deadline};
@@ -27,6 +26,7 @@ use super::status::{
     Outbox, Progress, deadline_of, generation_string, invalid_spec, is_healthy_blue_green,
     made_progress, phase, set_conditions, timed_out,
 };
+use super::template_match::current_revision;
 use super::validation::{has_templates, validate_blue_green};
 use super::{
     AnalysisRunToCreate, EventType, Observed, ObservedAnalysisRun, ObservedReplicaSet, Plan,
@@ -154,14 +154,13 @@ impl<'a> BlueGreen<'a> {
         now: Timestamp,
     ) -> Self {
         let previous = rollout.status.clone().unwrap_or_default();
-        let current_hash = pod_template_hash_of_value(template, previous.collision_count);
+        let (current_hash, new_rs) = current_revision(template, previous.collision_count, observed);
         let find = |hash: &str| {
             observed
                 .replica_sets
                 .iter()
                 .find(|rs| !hash.is_empty() && rs.pod_template_hash == hash)
         };
-        let new_rs = find(&current_hash);
         let stable_rs = find(&previous.stable_rs).filter(|rs| rs.pod_template_hash != current_hash);
         let others = observed
             .replica_sets

@@ -15,7 +15,7 @@ use rollouts_crds::rollout::{
 };
 
 use super::analysis_runs::{pending_pointer, record_run_phase};
-use super::hash::pod_template_hash_of_value;
+use super::hash::{argo_steps_hash, pod_template_hash_of_value};
 use super::pause::{PauseDecisions, pause_expiry};
 use super::replicas::{
     BasicCanaryInputs, CanaryStableCounts, Fenceposts, MAX_WEIGHT, ReplicaSetCount, actual_weight,
@@ -26,6 +26,7 @@ use super::status::{
     Outbox, Progress, deadline_of, generation_string, invalid_spec, is_healthy, made_progress,
     phase, set_conditions, timed_out,
 };
+use super::template_match::current_revision;
 use super::validation::{ValidSpec, validate_canary};
 use super::{
     AnalysisRunToCreate, CanaryWeight, EventType, Observed, ObservedAnalysisRun,
@@ -49,6 +50,15 @@ pub fn steps_hash(steps: &[CanaryStep]) -> String {
     pod_template_hash_of_value(&serde_json::json!({ "steps": encoded }), None)
 }
 
+/// Who wrote `status.currentStepHash` for the current steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RecordedSteps {
+    Ours,
+    Argo,
+    /// Not an encoding we compute, trusted on a Rollout Argo left at this generation.
+    Unknown,
+}
+
 struct Planner<'a> {
     rollout: &'a Rollout,
     canary: &'a CanaryStrategy,
@@ -59,6 +69,9 @@ struct Planner<'a> {
     spec_replicas: i32,
     step_count: i32,
     current_hash: String,
+    /// The current revision's ReplicaSet carries a hash we did not compute (one Argo created):
+    /// found by its template.
+    adopted: bool,
     /// The status as this plan reads it: the previous one, restarted for a new template or
     /// new steps.
     base: RolloutStatus,
@@ -80,11 +93,10 @@ impl<'a> Planner<'a> {
         now: Timestamp,
     ) -> Self {
         let previous = rollout.status.clone().unwrap_or_default();
-        let current_hash = pod_template_hash_of_value(&valid.template, previous.collision_count);
-        let new_rs = observed
-            .replica_sets
-            .iter()
-            .find(|rs| rs.pod_template_hash == current_hash);
+        let (current_hash, new_rs) =
+            current_revision(&valid.template, previous.collision_count, observed);
+        let adopted =
+            current_hash != pod_template_hash_of_value(&valid.template, previous.collision_count);
         let stable_rs = observed.replica_sets.iter().find(|rs| {
             !previous.stable_rs.is_empty() && rs.pod_template_hash == previous.stable_rs
         });
@@ -105,6 +117,7 @@ impl<'a> Planner<'a> {
             spec_replicas: rollout.spec.effective_replicas(),
             step_count: i32::try_from(canary.steps().len()).unwrap_or(i32::MAX),
             current_hash,
+            adopted,
             base: previous,
             new_rs,
             stable_rs,
@@ -172,7 +185,8 @@ impl<'a> Planner<'a> {
         let steps_hash = steps_hash(self.canary.steps());
         let previous_hash = self.base.current_pod_hash.clone();
         let template_changed = !previous_hash.is_empty() && previous_hash != self.current_hash;
-        let steps_changed = self.base.current_step_hash != steps_hash;
+        let recorded = self.recorded_steps_hash(&steps_hash);
+        let steps_changed = recorded.is_none();
         if template_changed || steps_changed {
             let base = &mut self.base;
             base.pause_conditions.clear();
@@ -193,7 +207,10 @@ impl<'a> Planner<'a> {
             }
         }
         self.base.current_pod_hash = self.current_hash.clone();
-        self.base.current_step_hash = steps_hash;
+        self.base.current_step_hash = match recorded {
+            Some(RecordedSteps::Argo) if !template_changed => self.base.current_step_hash.clone(),
+            _ => steps_hash,
+        };
         if self.base.promote_full && self.base.stable_rs == self.current_hash {
             self.base.promote_full = false;
         }
@@ -204,6 +221,26 @@ impl<'a> Planner<'a> {
                 self.base.current_step_index = Some(self.step_count);
             }
         }
+    }
+
+    /// Whose encoding of the current steps `status.currentStepHash` is; `None` when the steps
+    /// changed since it was written. Argo's is kept as it is (it stays recognised, and keeping
+    /// it spares a status write). One we cannot compute (a step Argo encodes in a way we do not
+    /// reproduce) is trusted only on a Rollout Argo left, whose status Argo wrote for this very
+    /// generation; ours replaces it.
+    fn recorded_steps_hash(&self, ours: &str) -> Option<RecordedSteps> {
+        let recorded = self.base.current_step_hash.as_str();
+        if recorded == ours {
+            return Some(RecordedSteps::Ours);
+        }
+        if recorded.is_empty() {
+            return None;
+        }
+        if recorded == argo_steps_hash(self.canary.steps.as_deref()) {
+            return Some(RecordedSteps::Argo);
+        }
+        let same_generation = self.base.observed_generation == generation_string(self.rollout);
+        (self.adopted && same_generation).then_some(RecordedSteps::Unknown)
     }
 
     fn is_aborted(&self) -> bool {

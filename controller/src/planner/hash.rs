@@ -12,10 +12,14 @@
 //! 4. the decimal digits of the 32-bit sum are mapped through Kubernetes' SafeEncodeString
 //!    alphabet (`bcdfghjklmnpqrstvwxz2456789`), so the hash never spells a word.
 //!
-//! The result differs from Argo's hash (Argo hashes Go's JSON of the struct), so a Rollout
-//! taken over from Argo's controller sees its template under a new hash once.
+//! The result differs from Argo's hash (Argo hashes the Go struct), so a ReplicaSet Argo
+//! created is found by its template instead ([`super::template_match`]).
+//!
+//! Also here: [`digest`], the 64-bit digest templates are compared by, and
+//! [`argo_steps_hash`], Argo's `status.currentStepHash`, recognised on a Rollout Argo left.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use rollouts_crds::rollout::CanaryStep;
 use serde_json::Value;
 
 /// Label on ReplicaSets, pods and service selectors carrying the pod-template hash.
@@ -23,6 +27,8 @@ pub const POD_TEMPLATE_HASH_LABEL: &str = "rollouts-pod-template-hash";
 
 const FNV_OFFSET_BASIS: u32 = 0x811c_9dc5;
 const FNV_PRIME: u32 = 0x0100_0193;
+const FNV64_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV64_PRIME: u64 = 0x0000_0100_0000_01b3;
 /// Kubernetes' SafeEncodeString alphabet: no vowels, no 0, 1 or 3.
 const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
@@ -58,6 +64,62 @@ pub fn safe_encode(text: &str) -> String {
     text.bytes()
         .map(|byte| char::from(SAFE_ALPHABET[usize::from(byte) % SAFE_ALPHABET.len()]))
         .collect()
+}
+
+/// FNV-1a (64 bit) of `value`'s canonical form (as in [`pod_template_hash`], nulls kept), in
+/// hex: what two templates are compared by, where a 32-bit sum would be too short.
+pub fn digest(value: &Value) -> String {
+    let mut encoded = Vec::new();
+    write_canonical(value, &mut encoded);
+    let hash = encoded.iter().fold(FNV64_OFFSET_BASIS, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(FNV64_PRIME)
+    });
+    format!("{hash:016x}")
+}
+
+/// Argo's `ComputeStepHash` (utils/conditions/conditions.go): FNV-1a (32 bit) over Go's
+/// `json.Marshal` of `spec.strategy.canary.steps` (`None`: absent), SafeEncodeString'd. Go
+/// writes struct fields in declaration order, which our types keep, omits empty strings,
+/// `false` and empty lists and maps, and escapes `<`, `>`, `&`, U+2028 and U+2029.
+pub fn argo_steps_hash(steps: Option<&[CanaryStep]>) -> String {
+    let value = serde_json::to_value(steps).unwrap_or(Value::Null);
+    let encoded = go_omit_empty(value).to_string();
+    let mut escaped = String::with_capacity(encoded.len());
+    for ch in encoded.chars() {
+        match ch {
+            '<' => escaped.push_str("\\u003c"),
+            '>' => escaped.push_str("\\u003e"),
+            '&' => escaped.push_str("\\u0026"),
+            '\u{2028}' => escaped.push_str("\\u2028"),
+            '\u{2029}' => escaped.push_str("\\u2029"),
+            other => escaped.push(other),
+        }
+    }
+    safe_encode(&fnv1a(FNV_OFFSET_BASIS, escaped.as_bytes()).to_string())
+}
+
+/// Drops the members Go's `omitempty` leaves out of a step: `""`, `false`, `[]`, and empty
+/// maps (`labels`, `annotations`, `headers`); an empty struct such as `pause: {}` stays.
+fn go_omit_empty(value: Value) -> Value {
+    match value {
+        Value::Array(items) => Value::Array(items.into_iter().map(go_omit_empty).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(key, member)| match member {
+                    Value::String(text) => !text.is_empty(),
+                    Value::Bool(flag) => *flag,
+                    Value::Array(items) => !items.is_empty(),
+                    Value::Object(entries) => {
+                        !(entries.is_empty()
+                            && matches!(key.as_str(), "labels" | "annotations" | "headers"))
+                    }
+                    _ => true,
+                })
+                .map(|(key, member)| (key, go_omit_empty(member)))
+                .collect(),
+        ),
+        scalar => scalar,
+    }
 }
 
 fn fnv1a(mut hash: u32, bytes: &[u8]) -> u32 {
@@ -203,6 +265,44 @@ mod tests {
             pod_template_hash_of_value(&template(), None),
             pod_template_hash_of_value(&changed, None)
         );
+    }
+
+    #[test]
+    fn argo_steps_hash_matches_argos_own_test_values() {
+        // Argo's TestComputeStepHash (utils/conditions/rollouts_test.go).
+        let pause = CanaryStep::pause_indefinitely;
+        assert_eq!(argo_steps_hash(Some(&[pause(), pause()])), "79c9b9f6bf");
+        assert_eq!(argo_steps_hash(Some(&[pause()])), "6b9b86fbd5");
+        assert_eq!(argo_steps_hash(None), "5ffbfbbd64");
+    }
+
+    #[test]
+    fn argo_steps_hash_encodes_as_go_does() {
+        // FNV-1a of Go's encoding, computed outside this crate:
+        // [{"setWeight":20},{"pause":{}},{"setWeight":40},{"pause":{"duration":"10s"}}]
+        let steps: Vec<CanaryStep> = serde_json::from_value(json!([
+            {"setWeight": 20}, {"pause": {}}, {"setWeight": 40}, {"pause": {"duration": "10s"}}
+        ]))
+        .unwrap();
+        assert_eq!(argo_steps_hash(Some(&steps)), safe_encode("1045042799"));
+        // Go omits `clusterScope: false` and an empty `args`, and escapes `&`.
+        let analysis: Vec<CanaryStep> = serde_json::from_value(json!([{"analysis": {
+            "templates": [{"templateName": "a&b", "clusterScope": false}], "args": []
+        }}]))
+        .unwrap();
+        // [{"analysis":{"templates":[{"templateName":"a\u0026b"}]}}]
+        assert_eq!(argo_steps_hash(Some(&analysis)), safe_encode("1592453341"));
+    }
+
+    #[test]
+    fn digest_follows_content_not_order() {
+        let reordered = json!({
+            "spec": {"containers": [{"ports": [{"containerPort": 80}], "image": "nginx:1.27", "name": "web"}]},
+            "metadata": {"labels": {"app": "guestbook"}}
+        });
+        assert_eq!(digest(&template()), digest(&reordered));
+        assert_ne!(digest(&template()), digest(&json!({})));
+        assert_eq!(digest(&template()).len(), 16);
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod restart;
 mod revisions;
 mod run_history;
 mod status;
+pub mod template_match;
 #[cfg(test)]
 mod test_world;
 mod validation;
@@ -190,6 +191,10 @@ pub struct Observed {
     /// the current revision, while the anti-affinity it was created with may name an old
     /// stable revision.
     pub live_templates: BTreeMap<String, serde_json::Value>,
+    /// The digest of each ReplicaSet's pod template, by name ([`template_match`]): how a
+    /// ReplicaSet under a hash we did not compute (Argo's) is found to run the Rollout's
+    /// template.
+    pub template_digests: BTreeMap<String, String>,
     /// The objects the spec names that other Rollouts name too (Services and router objects):
     /// only the first of them may drive one ([`validation::claimed_elsewhere`]).
     pub shared_objects: Vec<SharedObject>,
