@@ -216,6 +216,29 @@ pub fn eval_condition(result: &Value, condition: &str) -> Result<bool, Expressio
     })
 }
 
+/// Evaluates `condition` with each of `variables` bound by name (a notification trigger's
+/// `when` over `rollout`); it must give a boolean. Bounded as [`eval_condition`] is.
+pub fn eval_condition_over(
+    variables: &[(&str, Value)],
+    condition: &str,
+) -> Result<bool, ExpressionError> {
+    guarded(condition, || {
+        let env = environment(&Value::Nil);
+        let mut ctx = Context::default();
+        for (name, value) in variables {
+            ctx.insert(*name, value.clone());
+        }
+        let program = expr::compile(condition).map_err(ExpressionError::Eval)?;
+        match env.run(&program, &ctx).map_err(ExpressionError::Eval)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(ExpressionError::NotBool {
+                type_name: type_name(&other),
+                value: other.to_string(),
+            }),
+        }
+    })
+}
+
 /// Evaluates a time expression such as `now() - duration("5m")` (a range query's start or
 /// end), with `now()` fixed to `now` so the answer is reproducible.
 /// Bounded as [`eval_condition`] is.
@@ -371,6 +394,23 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect(),
         )
+    }
+
+    #[test]
+    fn conditions_over_named_variables_see_an_object_by_path() {
+        let rollout = from_json(&serde_json::json!({
+            "spec": {"replicas": 4, "template": {"spec": {"containers": [{"image": "web:purple"}]}}}
+        }));
+        let variables = [("rollout", rollout)];
+        assert!(eval_condition_over(&variables, "rollout.spec.replicas > 3").expect("evaluates"));
+        assert!(
+            eval_condition_over(
+                &variables,
+                "rollout.spec.template.spec.containers[0].image == 'web:purple'"
+            )
+            .expect("evaluates")
+        );
+        assert!(eval_condition_over(&variables, "rollout.spec.replicas").is_err());
     }
 
     // The tests check errors by their text, the message an Error measurement carries.

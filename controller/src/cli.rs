@@ -88,6 +88,24 @@ pub struct Flags {
     /// Path of a kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+
+    /// Send the notifications Rollouts subscribe to (docs/notifications.md); off, the
+    /// notification ConfigMap and Secret are not read.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub notifications_enabled: bool,
+
+    /// Namespace of the notification ConfigMap and Secret (default: the kubeconfig's or the
+    /// pod's namespace, where the controller runs).
+    #[arg(long)]
+    pub notifications_namespace: Option<String>,
+
+    /// Name of the notification ConfigMap (Argo's by default).
+    #[arg(long, default_value = crate::notify::DEFAULT_CONFIGMAP)]
+    pub notifications_configmap: String,
+
+    /// Name of the notification Secret its `$key` references read (Argo's by default).
+    #[arg(long, default_value = crate::notify::DEFAULT_SECRET)]
+    pub notifications_secret: String,
 }
 
 /// How log lines are written.

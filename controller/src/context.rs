@@ -12,6 +12,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use crate::claims::Claims;
 use crate::health::Diagnostics;
 use crate::metrics::Metrics;
+use crate::notify::Notifier;
 use crate::owned_cache::OwnedCaches;
 
 /// Name the controller reports as on events (`reportingController`), as Argo's does.
@@ -38,6 +39,8 @@ pub struct Context {
     pub caches: Arc<OwnedCaches>,
     /// Which Rollouts name which Services and router objects, from the Rollout watch.
     pub claims: Arc<Claims>,
+    /// Sends the notifications subscribed to a Rollout's events (none without one).
+    pub notifier: Option<Arc<Notifier>>,
     /// Consecutive failed reconciles per `namespace/name`, reset on success.
     failures: Mutex<HashMap<String, u32>>,
     /// resourceVersion of the last status this controller wrote, per `namespace/name`, until a
@@ -65,6 +68,7 @@ impl Context {
             settings,
             caches,
             claims: Arc::default(),
+            notifier: None,
             failures: Mutex::new(HashMap::new()),
             status_written: Mutex::new(HashMap::new()),
         }
@@ -74,6 +78,13 @@ impl Context {
     #[must_use]
     pub fn with_claims(mut self, claims: Arc<Claims>) -> Self {
         self.claims = claims;
+        self
+    }
+
+    /// The notifier the reconciles hand their events to.
+    #[must_use]
+    pub fn with_notifier(mut self, notifier: Arc<Notifier>) -> Self {
+        self.notifier = Some(notifier);
         self
     }
 

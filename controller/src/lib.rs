@@ -12,6 +12,7 @@ pub mod error;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod notify;
 pub mod observe;
 pub mod owned_cache;
 pub mod planner;

@@ -1,7 +1,8 @@
 //! Prometheus metrics under Argo Rollouts' names: `rollout_reconcile` (histogram),
 //! `rollout_reconcile_error`, `rollout_events_total`, `rollout_info` and its replica gauges
 //! (read from the watch cache at scrape time), and `argo_rollouts_controller_info`; ours:
-//! `rollouts_controller_reconcile_panics_total` (by controller, never per object).
+//! `rollouts_controller_reconcile_panics_total` (by controller, never per object) and
+//! `notification_send_total{service,result}`.
 //!
 //! prometheus-client writes OpenMetrics, where every counter sample ends in `_total`: Argo's
 //! `rollout_reconcile_error` is therefore scraped as `rollout_reconcile_error_total`.
@@ -118,6 +119,8 @@ pub struct Metrics {
     pub analysis_runs: AnalysisRunMetrics,
     /// Panicked reconciles of both controllers.
     pub reconcile_panics: ReconcilePanics,
+    /// Notifications sent, failed and dropped, by service.
+    pub notifications: crate::notify::NotificationSends,
 }
 
 impl Metrics {
@@ -156,6 +159,8 @@ impl Metrics {
             "Reconciles that panicked, by controller; the object backs off and the others are still served",
             reconcile_panics.0.clone(),
         );
+        let notifications = crate::notify::NotificationSends::default();
+        notifications.register(&mut registry);
         Self {
             registry,
             reconcile,
@@ -164,6 +169,7 @@ impl Metrics {
             recorded: Mutex::default(),
             analysis_runs,
             reconcile_panics,
+            notifications,
         }
     }
 

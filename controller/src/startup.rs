@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::health::{self, Diagnostics, Endpoints, Leadership, ServerLimits};
 use crate::leader::{self, LeaderElection};
 use crate::metrics::Metrics;
+use crate::notify::{ConfigSource, Notifier};
 use crate::owned_cache::{self, OwnedCaches};
 use crate::reconcile::{error_policy, reconcile};
 use crate::supervise::{GaveUp, RestartPolicy, panic_message, supervise};
@@ -265,6 +266,7 @@ pub async fn run(flags: Flags) -> Result<()> {
         tokio::spawn(async move { election.hold(acquired).await })
     });
 
+    let notifier = start_notifier(&flags, &client, &metrics)?;
     let context = Arc::new(
         Context::new(
             client,
@@ -276,7 +278,8 @@ pub async fn run(flags: Flags) -> Result<()> {
             },
             caches,
         )
-        .with_claims(claims),
+        .with_claims(claims)
+        .with_notifier(Arc::new(notifier)),
     );
     // A signal stops both controllers gracefully, finishing reconciles in flight.
     let stop = futures::FutureExt::shared(wait_for(shutdown.clone()));
@@ -563,6 +566,37 @@ fn rollout_controller(
         .owns_stream(analysis_runs)
         // Rollouts sharing an object with one that changed or went, and the gone ones.
         .reconcile_on(claims_changed)
+}
+
+/// The notifier: with `--notifications-enabled`, it watches the notification ConfigMap and
+/// Secret in `--notifications-namespace` (the controller's own by default).
+fn start_notifier(flags: &Flags, client: &Client, metrics: &Metrics) -> Result<Notifier> {
+    let source = flags.notifications_enabled.then(|| ConfigSource {
+        namespace: flags
+            .notifications_namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string()),
+        configmap: flags.notifications_configmap.clone(),
+        secret: flags.notifications_secret.clone(),
+    });
+    if let Some(source) = &source {
+        tracing::info!(namespace = %source.namespace, configmap = %source.configmap, secret = %source.secret, "notifications configured from");
+    }
+    let reporter = kube::runtime::events::Reporter {
+        controller: crate::context::CONTROLLER_NAME.to_string(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
+    Notifier::start(
+        client.clone(),
+        recorder,
+        source,
+        metrics.notifications.clone(),
+    )
+    .map_err(|error| Error::TaskFailed {
+        task: "notifier",
+        reason: format!("its HTTP client could not be built: {error}"),
+    })
 }
 
 /// An API for `K` in `namespace`, or in all namespaces.

@@ -11,7 +11,7 @@
 //!    pods that are not there);
 //! 6. create, terminate and delete AnalysisRuns; delete old ReplicaSets;
 //! 7. patch status last (it is the checkpoint: a write lost above is planned again), then
-//!    record events.
+//!    record events and hand them to the notifier (which never waits).
 //!
 //! Desired-state writes (revision, deadlines, metadata, selectors, run termination) are skipped
 //! when the live object already matches, so a reconcile with nothing to do writes nothing.
@@ -153,6 +153,9 @@ pub async fn apply(
     }
     for event in &plan.events {
         status::publish(&target, rollout, event, ctx).await;
+    }
+    if let Some(notifier) = &ctx.notifier {
+        notifier.notify(rollout, &plan.status, &plan.events);
     }
     Ok(plan
         .requeue_after

@@ -1,0 +1,540 @@
+//! The notifier: keeps the configuration current from watches of the ConfigMap and Secret,
+//! takes a reconcile's events without waiting ([`Notifier::notify`]), and delivers them on
+//! tasks of its own: one worker per Rollout (its notifications stay in order), each send tried
+//! again on transient failures with backoff, what was sent recorded in the Rollout's
+//! `notified.notifications.argoproj.io` annotation by JSON merge patch.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use base64::Engine;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use rollouts_crds::rollout::{Rollout, RolloutStatus};
+use tokio::sync::mpsc;
+
+use super::config::NotificationConfig;
+use super::services::{self, HttpClients, SendError};
+use super::subscriptions::{self, Destination};
+use super::template::Notification;
+use super::{
+    NOTIFICATION_FAILED_REASON, NOTIFIED_ANNOTATION, NotificationSends, template,
+    trigger_conditions, trigger_for_reason, variables,
+};
+use crate::planner::Event;
+
+/// Notifications waiting for delivery at most; past it a notification is dropped (and
+/// counted), never a reconcile held up.
+const QUEUE_CAPACITY: usize = 1024;
+/// Sent notifications remembered per Rollout, oldest forgotten first (Argo's engine keeps 100).
+const NOTIFIED_HISTORY: usize = 100;
+
+/// Where the configuration lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigSource {
+    pub namespace: String,
+    pub configmap: String,
+    pub secret: String,
+}
+
+/// One event to deliver to its subscribers.
+struct Job {
+    namespace: String,
+    name: String,
+    reference: ObjectReference,
+    trigger: String,
+    /// Tells this occurrence of the event from another of the same trigger (a second abort).
+    occurrence: String,
+    rollout: serde_json::Value,
+    destinations: Vec<Destination>,
+    config: Arc<NotificationConfig>,
+    /// The Rollout's annotation as the reconcile saw it.
+    notified: BTreeMap<String, i64>,
+}
+
+impl Job {
+    fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+struct Shared {
+    client: Client,
+    recorder: Recorder,
+    http: HttpClients,
+    sends: NotificationSends,
+    /// What this process sent or saw recorded, per `namespace/name`: a reconcile's copy of a
+    /// Rollout may predate our last annotation write.
+    notified: Mutex<HashMap<String, BTreeMap<String, i64>>>,
+}
+
+/// Hands events to the delivery task; cheap to call from a reconcile.
+pub struct Notifier {
+    config: Arc<RwLock<Arc<NotificationConfig>>>,
+    queue: mpsc::Sender<Job>,
+    sends: NotificationSends,
+}
+
+impl Notifier {
+    /// Starts the configuration watches (when `source` is set) and the delivery task.
+    pub fn start(
+        client: Client,
+        recorder: Recorder,
+        source: Option<ConfigSource>,
+        sends: NotificationSends,
+    ) -> Result<Self, reqwest::Error> {
+        let (config, _) = NotificationConfig::parse(&BTreeMap::new(), &BTreeMap::new());
+        let config = Arc::new(RwLock::new(Arc::new(config)));
+        if let Some(source) = source {
+            tokio::spawn(watch_config(client.clone(), source, config.clone()));
+        }
+        let (queue, jobs) = mpsc::channel(QUEUE_CAPACITY);
+        let shared = Arc::new(Shared {
+            client,
+            recorder,
+            http: HttpClients::new()?,
+            sends: sends.clone(),
+            notified: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(dispatch(jobs, shared));
+        Ok(Self {
+            config,
+            queue,
+            sends,
+        })
+    }
+
+    fn current(&self) -> Arc<NotificationConfig> {
+        self.config
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Queues a notification for each of `events` someone subscribed to. `status` is the status
+    /// the reconcile wrote, which templates see as `.rollout.status`.
+    pub fn notify(&self, rollout: &Rollout, status: &RolloutStatus, events: &[Event]) {
+        if events.is_empty() {
+            return;
+        }
+        let config = self.current();
+        let namespace = rollout.namespace().unwrap_or_default();
+        let name = rollout.name_any();
+        let annotations = rollout.annotations();
+        let labels = rollout.labels();
+        let mut rollout_json = None;
+        for event in events {
+            let trigger = trigger_for_reason(&event.reason);
+            let (found, errors) =
+                subscriptions::destinations(&config, &trigger, annotations, labels);
+            for error in errors {
+                tracing::warn!(%namespace, rollout = %name, "{error}");
+            }
+            let destinations = config.configured(found);
+            if destinations.is_empty() || trigger_conditions(&config, &trigger).is_none() {
+                continue;
+            }
+            let rollout_json = rollout_json.get_or_insert_with(|| {
+                let mut value = serde_json::to_value(rollout).unwrap_or_default();
+                if let Ok(status) = serde_json::to_value(status) {
+                    value["status"] = status;
+                }
+                value
+            });
+            let job = Job {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                reference: rollout.object_ref(&()),
+                occurrence: occurrence(event, rollout),
+                trigger,
+                rollout: rollout_json.clone(),
+                destinations,
+                config: config.clone(),
+                notified: annotations
+                    .get(NOTIFIED_ANNOTATION)
+                    .and_then(|value| serde_json::from_str(value).ok())
+                    .unwrap_or_default(),
+            };
+            if let Err(error) = self.queue.try_send(job) {
+                let job = match error {
+                    mpsc::error::TrySendError::Full(job)
+                    | mpsc::error::TrySendError::Closed(job) => job,
+                };
+                for destination in &job.destinations {
+                    self.sends.count(&destination.service, "dropped");
+                }
+                tracing::warn!(%namespace, rollout = %name, trigger = %job.trigger, "notification dropped: the delivery queue is full");
+            }
+        }
+    }
+}
+
+/// The once-per part of an event's key: its reason and message and the version of the
+/// Rollout it was planned from, hashed. A pass cut short plans the same events again from the
+/// same version, and a new leader or a restarted controller sees that version too, so a repeat
+/// has the same key; a new occurrence (a second abort, the next step) comes from a newer one.
+fn occurrence(event: &Event, rollout: &Rollout) -> String {
+    let text = format!(
+        "{}\n{}\n{}",
+        event.reason,
+        event.message,
+        rollout.resource_version().unwrap_or_default()
+    );
+    let mut hashed = sha1_base64(&text);
+    hashed.truncate(12);
+    hashed
+}
+
+/// SHA-1, base64url without padding, as Argo's engine keys conditions.
+fn sha1_base64(text: &str) -> String {
+    let digest = sha1_smol::Sha1::from(text).digest().bytes();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
+}
+
+/// Keeps `config` current from the ConfigMap and Secret; a missing ConfigMap means nothing is
+/// configured, a missing Secret no `$key` values.
+async fn watch_config(
+    client: Client,
+    source: ConfigSource,
+    config: Arc<RwLock<Arc<NotificationConfig>>>,
+) {
+    enum Change {
+        Data(Option<BTreeMap<String, String>>),
+        Secret(Option<BTreeMap<String, String>>),
+    }
+    fn by_name(name: &str) -> watcher::Config {
+        watcher::Config::default().fields(&format!("metadata.name={name}"))
+    }
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &source.namespace);
+    let secrets: Api<Secret> = Api::namespaced(client, &source.namespace);
+    let configmap_changes = watcher(configmaps, by_name(&source.configmap))
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
+                    Some(Change::Data(Some(cm.data.unwrap_or_default())))
+                }
+                Ok(watcher::Event::Delete(_) | watcher::Event::Init) => Some(Change::Data(None)),
+                Ok(watcher::Event::InitDone) => None,
+                Err(error) => {
+                    tracing::warn!(%error, "watching the notification ConfigMap failed; retrying");
+                    None
+                }
+            }
+        });
+    let secret_changes = watcher(secrets, by_name(&source.secret))
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(watcher::Event::Apply(secret) | watcher::Event::InitApply(secret)) => {
+                    let mut values: BTreeMap<String, String> = secret
+                        .data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                        .collect();
+                    values.extend(secret.string_data.unwrap_or_default());
+                    Some(Change::Secret(Some(values)))
+                }
+                Ok(watcher::Event::Delete(_) | watcher::Event::Init) => Some(Change::Secret(None)),
+                Ok(watcher::Event::InitDone) => None,
+                Err(error) => {
+                    tracing::warn!(%error, "watching the notification Secret failed; retrying");
+                    None
+                }
+            }
+        });
+    let mut changes = std::pin::pin!(futures::stream::select(configmap_changes, secret_changes));
+    let (mut data, mut secret) = (None, BTreeMap::new());
+    while let Some(change) = changes.next().await {
+        match change {
+            Change::Data(value) => data = value,
+            Change::Secret(value) => secret = value.unwrap_or_default(),
+        }
+        let (parsed, errors) =
+            NotificationConfig::parse(&data.clone().unwrap_or_default(), &secret);
+        for error in &errors {
+            tracing::warn!(namespace = %source.namespace, configmap = %source.configmap, "{error}");
+        }
+        if data.is_some() {
+            tracing::info!(
+                services = parsed.services.len(),
+                templates = parsed.templates.len(),
+                triggers = parsed.triggers.len(),
+                unusable_keys = errors.len(),
+                "notification configuration loaded"
+            );
+        }
+        *config
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(parsed);
+    }
+}
+
+/// Routes jobs to one worker per Rollout, started on demand; a worker ends when it has nothing
+/// left to do.
+async fn dispatch(mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>) {
+    let mut workers: HashMap<String, mpsc::UnboundedSender<Job>> = HashMap::new();
+    while let Some(job) = jobs.recv().await {
+        let key = job.key();
+        let job = match workers.get(&key) {
+            Some(worker) => match worker.send(job) {
+                Ok(()) => continue,
+                Err(mpsc::error::SendError(job)) => job,
+            },
+            None => job,
+        };
+        workers.retain(|_, worker| !worker.is_closed());
+        let (worker, queue) = mpsc::unbounded_channel();
+        if worker.send(job).is_ok() {
+            workers.insert(key, worker);
+            tokio::spawn(work(queue, shared.clone()));
+        }
+    }
+}
+
+async fn work(mut queue: mpsc::UnboundedReceiver<Job>, shared: Arc<Shared>) {
+    loop {
+        match queue.try_recv() {
+            Ok(job) => deliver(&shared, job).await,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                // Refuse new jobs (the dispatcher starts a new worker), then finish those queued.
+                queue.close();
+                while let Ok(job) = queue.try_recv() {
+                    deliver(&shared, job).await;
+                }
+                return;
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => return,
+        }
+    }
+}
+
+/// Evaluates the trigger's conditions and sends each that holds to every destination not
+/// already notified of this occurrence.
+async fn deliver(shared: &Shared, job: Job) {
+    let Some(conditions) = trigger_conditions(&job.config, &job.trigger) else {
+        return;
+    };
+    let key = job.key();
+    for (index, condition) in conditions.iter().enumerate() {
+        if !condition.when.is_empty() && !holds(&job, &condition.when).await {
+            continue;
+        }
+        let condition_key = format!("[{index}].{}", sha1_base64(&condition.when));
+        for destination in &job.destinations {
+            let state_key = format!(
+                "{}:{}:{condition_key}:{}:{}",
+                job.occurrence, job.trigger, destination.service, destination.recipient
+            );
+            if shared.already_notified(&key, &job.notified, &state_key) {
+                continue;
+            }
+            let Some(service) = job.config.services.get(&destination.service) else {
+                continue;
+            };
+            let outcome = match render(&job, &condition.send, &destination.recipient) {
+                Ok(notification) => {
+                    send_with_retries(
+                        shared,
+                        &destination.service,
+                        service,
+                        &notification,
+                        &destination.recipient,
+                    )
+                    .await
+                }
+                Err(reason) => Err(reason),
+            };
+            match outcome {
+                Ok(()) => {
+                    shared.sends.count(&destination.service, "success");
+                    tracing::info!(namespace = %job.namespace, rollout = %job.name, trigger = %job.trigger, service = %destination.service, "notification sent");
+                    shared.record(&job, state_key).await;
+                }
+                Err(reason) => {
+                    shared.sends.count(&destination.service, "failure");
+                    let note = format!(
+                        "{} notification to {}{} failed: {reason}",
+                        job.trigger,
+                        destination.service,
+                        if destination.recipient.is_empty() {
+                            String::new()
+                        } else {
+                            format!(":{}", destination.recipient)
+                        }
+                    );
+                    tracing::warn!(namespace = %job.namespace, rollout = %job.name, "{note}");
+                    shared.warn(&job, note).await;
+                }
+            }
+        }
+    }
+}
+
+/// Whether the condition's `when` holds for the Rollout; one that cannot be evaluated does not
+/// (as in Argo's engine), and says why in the log.
+async fn holds(job: &Job, when: &str) -> bool {
+    let rollout = rollouts_analysis::condition::from_json(&job.rollout);
+    let expression = when.to_string();
+    let evaluated = tokio::task::spawn_blocking(move || {
+        rollouts_analysis::condition::eval_condition_over(&[("rollout", rollout)], &expression)
+    })
+    .await;
+    match evaluated {
+        Ok(Ok(holds)) => holds,
+        Ok(Err(error)) => {
+            tracing::warn!(namespace = %job.namespace, rollout = %job.name, trigger = %job.trigger, %error, "a trigger condition could not be evaluated");
+            false
+        }
+        Err(_) => false,
+    }
+}
+
+fn render(job: &Job, templates: &[String], recipient: &str) -> Result<Notification, String> {
+    let vars = variables(&job.rollout, recipient);
+    let mut notification = Notification::default();
+    for name in templates {
+        let spec = template(&job.config, name).ok_or_else(|| {
+            format!(
+                "template {name:?} named by trigger {:?} is not in the notification ConfigMap",
+                job.trigger
+            )
+        })?;
+        spec.render_into(&vars, &mut notification)
+            .map_err(|e| format!("template {name:?}: {e}"))?;
+    }
+    Ok(notification)
+}
+
+async fn send_with_retries(
+    shared: &Shared,
+    service_name: &str,
+    service: &super::Service,
+    notification: &Notification,
+    recipient: &str,
+) -> Result<(), String> {
+    let policy = service.retry();
+    let mut retry = 0;
+    loop {
+        let sent =
+            services::send(&shared.http, service_name, service, notification, recipient).await;
+        match sent {
+            Ok(()) => return Ok(()),
+            Err(error) if error.is_transient() && retry < policy.max_retries => {
+                retry += 1;
+                tracing::debug!(service = %service_name, %error, retry, "notification not delivered; trying again");
+                tokio::time::sleep(policy.wait(retry)).await;
+            }
+            Err(error) => return Err(describe(&error, retry)),
+        }
+    }
+}
+
+fn describe(error: &SendError, retries: u32) -> String {
+    if retries == 0 {
+        error.to_string()
+    } else {
+        format!("{error} (after {} tries)", retries + 1)
+    }
+}
+
+impl Shared {
+    /// Whether `state_key` was sent: in the reconcile's copy of the annotation or by us since.
+    fn already_notified(&self, key: &str, seen: &BTreeMap<String, i64>, state_key: &str) -> bool {
+        let mut notified = self
+            .notified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let state = notified.entry(key.to_string()).or_default();
+        for (k, v) in seen {
+            state.entry(k.clone()).or_insert(*v);
+        }
+        state.contains_key(state_key)
+    }
+
+    /// Adds `state_key` to the Rollout's annotation (the newest 100 kept).
+    async fn record(&self, job: &Job, state_key: String) {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let state = {
+            let mut notified = self
+                .notified
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let state = notified.entry(job.key()).or_default();
+            state.insert(state_key, now);
+            while state.len() > NOTIFIED_HISTORY {
+                let oldest = state
+                    .iter()
+                    .min_by_key(|(k, sent)| (**sent, (*k).clone()))
+                    .map(|(k, _)| k.clone());
+                match oldest {
+                    Some(oldest) => state.remove(&oldest),
+                    None => break,
+                };
+            }
+            state.clone()
+        };
+        let value = serde_json::to_string(&state).unwrap_or_default();
+        let patch = serde_json::json!({"metadata": {"annotations": {NOTIFIED_ANNOTATION: value}}});
+        let api: Api<Rollout> = Api::namespaced(self.client.clone(), &job.namespace);
+        if let Err(error) = api
+            .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(namespace = %job.namespace, rollout = %job.name, %error, "could not record the notification sent in {NOTIFIED_ANNOTATION}; it may be sent again after a restart");
+        }
+    }
+
+    async fn warn(&self, job: &Job, note: String) {
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: NOTIFICATION_FAILED_REASON.to_string(),
+            action: note.chars().take(128).collect(),
+            note: Some(note),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &job.reference).await {
+            tracing::warn!(namespace = %job.namespace, rollout = %job.name, %error, "the notification failure event was not published");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::EventType as PlanEventType;
+
+    fn event(reason: &str, message: &str) -> Event {
+        Event {
+            type_: PlanEventType::Warning,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn condition_keys_hash_as_argos_engine_does() {
+        // sha1("") in base64url: the key Argo's engine gives a condition without `when`.
+        assert_eq!(sha1_base64(""), "2jmj7l5rSw0yVb_vlWAYkK_YBwk");
+    }
+
+    #[test]
+    fn the_same_event_from_the_same_version_has_one_occurrence_and_a_newer_one_another() {
+        let mut rollout = Rollout::new("web", Default::default());
+        rollout.metadata.resource_version = Some("10".into());
+        let aborted = event("RolloutAborted", "Rollout aborted update to revision 2");
+        let first = occurrence(&aborted, &rollout);
+        assert_eq!(first, occurrence(&aborted, &rollout));
+        rollout.metadata.resource_version = Some("17".into());
+        assert_ne!(first, occurrence(&aborted, &rollout));
+        assert_ne!(
+            occurrence(&event("RolloutStepCompleted", "step 1/3"), &rollout),
+            occurrence(&event("RolloutStepCompleted", "step 2/3"), &rollout)
+        );
+    }
+}

@@ -1,0 +1,228 @@
+//! Sending a rendered notification: the generic webhook (method, URL plus the template's path,
+//! headers, basic auth, body) and Slack's `chat.postMessage`. Each send is one HTTP request;
+//! [`SendError::is_transient`] says whether trying again may help. Error texts never hold a
+//! URL, header or token: they can end up in events and logs.
+
+use std::time::Duration;
+
+use base64::Engine;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+
+use super::config::{Service, SlackService, WebhookService};
+use super::template::Notification;
+
+/// How long one request may take before it counts as a timeout.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of a receiver's answer read at most (Slack's `{"ok": ...}` is small).
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// Why one send failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("the receiver answered HTTP {code}")]
+    Status { code: u16 },
+    #[error("the request timed out after {}s", REQUEST_TIMEOUT.as_secs())]
+    Timeout,
+    #[error("the receiver could not be reached: {0}")]
+    Connect(String),
+    #[error("Slack refused the message: {0}")]
+    Slack(String),
+    #[error("the request could not be built: {0}")]
+    Request(String),
+}
+
+impl SendError {
+    /// A 5xx, a 429, a timeout or a connection failure may pass; anything else will not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Status { code } => *code >= 500 || *code == 429 || *code == 408,
+            Self::Timeout | Self::Connect(_) => true,
+            Self::Slack(error) => error == "ratelimited",
+            Self::Request(_) => false,
+        }
+    }
+}
+
+fn classify(error: reqwest::Error) -> SendError {
+    let error = error.without_url();
+    if error.is_timeout() {
+        SendError::Timeout
+    } else if error.is_connect() || error.is_request() || error.is_body() {
+        SendError::Connect(error.to_string())
+    } else {
+        SendError::Request(error.to_string())
+    }
+}
+
+/// The two HTTP clients: one that verifies TLS and one for `insecureSkipVerify`.
+#[derive(Clone)]
+pub struct HttpClients {
+    secure: reqwest::Client,
+    insecure: reqwest::Client,
+}
+
+impl HttpClients {
+    pub fn new() -> Result<Self, reqwest::Error> {
+        rollouts_analysis::provider::install_crypto_provider();
+        Ok(Self {
+            secure: reqwest::Client::builder()
+                .timeout(REQUEST_TIMEOUT)
+                .build()?,
+            insecure: reqwest::Client::builder()
+                .timeout(REQUEST_TIMEOUT)
+                .danger_accept_invalid_certs(true)
+                .build()?,
+        })
+    }
+
+    fn pick(&self, insecure: bool) -> &reqwest::Client {
+        if insecure {
+            &self.insecure
+        } else {
+            &self.secure
+        }
+    }
+}
+
+/// Sends `notification` to `recipient` through `service` (named `service_name`), once.
+pub async fn send(
+    http: &HttpClients,
+    service_name: &str,
+    service: &Service,
+    notification: &Notification,
+    recipient: &str,
+) -> Result<(), SendError> {
+    match service {
+        Service::Webhook(webhook) => send_webhook(http, service_name, webhook, notification).await,
+        Service::Slack(slack) => send_slack(http, slack, notification, recipient).await,
+    }
+}
+
+/// As Argo's webhook service: the template's `webhook.<service>` section gives method (GET
+/// unless said), path (appended to the URL) and body; without one, a GET of the URL.
+async fn send_webhook(
+    http: &HttpClients,
+    service_name: &str,
+    webhook: &WebhookService,
+    notification: &Notification,
+) -> Result<(), SendError> {
+    let section = notification.webhook.get(service_name);
+    let method = section
+        .map(|s| s.method.trim())
+        .filter(|m| !m.is_empty())
+        .unwrap_or("GET");
+    let method = reqwest::Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+        .map_err(|_| SendError::Request(format!("{method:?} is not an HTTP method")))?;
+    let url = format!(
+        "{}{}",
+        webhook.url.0,
+        section.map(|s| s.path.as_str()).unwrap_or_default()
+    );
+    let mut request = http.pick(webhook.insecure_skip_verify).request(method, url);
+    for (name, value) in &webhook.headers {
+        request = request.header(name.as_str(), value.0.as_str());
+    }
+    if let Some((username, password)) = &webhook.basic_auth {
+        let token = base64::engine::general_purpose::STANDARD
+            .encode(format!("{}:{}", username.0, password.0));
+        request = request.header(AUTHORIZATION, format!("Basic {token}"));
+    }
+    if let Some(section) = section.filter(|s| !s.body.is_empty()) {
+        request = request.body(section.body.clone());
+    }
+    let response = request.send().await.map_err(classify)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(SendError::Status {
+            code: status.as_u16(),
+        });
+    }
+    Ok(())
+}
+
+/// Slack's `chat.postMessage` to the channel `recipient`, with the template's attachments and
+/// blocks (JSON text) when it has them.
+async fn send_slack(
+    http: &HttpClients,
+    slack: &SlackService,
+    notification: &Notification,
+    recipient: &str,
+) -> Result<(), SendError> {
+    let mut message = serde_json::json!({
+        "channel": recipient,
+        "text": notification.message,
+    });
+    for (field, text) in [
+        ("attachments", &notification.slack_attachments),
+        ("blocks", &notification.slack_blocks),
+    ] {
+        if text.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            SendError::Request(format!(
+                "the template's slack.{field} is not JSON after rendering: {e}"
+            ))
+        })?;
+        message[field] = value;
+    }
+    if let Some(username) = &slack.username {
+        message["username"] = username.clone().into();
+    }
+    if let Some(icon) = &slack.icon {
+        let key = if icon.starts_with(':') {
+            "icon_emoji"
+        } else {
+            "icon_url"
+        };
+        message[key] = icon.clone().into();
+    }
+    let response = http
+        .pick(slack.insecure_skip_verify)
+        .post(format!("{}chat.postMessage", slack.api_url))
+        .header(AUTHORIZATION, format!("Bearer {}", slack.token.0))
+        .header(CONTENT_TYPE, "application/json; charset=utf-8")
+        .body(message.to_string())
+        .send()
+        .await
+        .map_err(classify)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(SendError::Status {
+            code: status.as_u16(),
+        });
+    }
+    let answer = rollouts_analysis::provider::body::read_capped(response, MAX_ANSWER_BYTES)
+        .await
+        .map_err(|e| SendError::Connect(e.to_string()))?;
+    let answer: serde_json::Value = serde_json::from_slice(&answer)
+        .map_err(|_| SendError::Slack("an answer that is not JSON".to_string()))?;
+    if answer["ok"] == serde_json::Value::Bool(true) {
+        Ok(())
+    } else {
+        Err(SendError::Slack(
+            answer["error"]
+                .as_str()
+                .unwrap_or("unknown_error")
+                .to_string(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_errors_throttles_and_timeouts_are_worth_trying_again() {
+        for code in [500, 502, 503, 504, 429, 408] {
+            assert!(SendError::Status { code }.is_transient(), "{code}");
+        }
+        for code in [400, 401, 403, 404, 410] {
+            assert!(!SendError::Status { code }.is_transient(), "{code}");
+        }
+        assert!(SendError::Timeout.is_transient());
+        assert!(SendError::Slack("ratelimited".into()).is_transient());
+        assert!(!SendError::Slack("channel_not_found".into()).is_transient());
+    }
+}
