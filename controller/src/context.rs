@@ -31,6 +31,8 @@ pub struct Settings {
 pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
+    /// Who the events this controller writes say reported them.
+    pub reporter: Reporter,
     pub metrics: Arc<Metrics>,
     pub diagnostics: Arc<Diagnostics>,
     pub settings: Settings,
@@ -61,7 +63,8 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            reporter,
             client,
             metrics,
             diagnostics,

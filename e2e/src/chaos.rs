@@ -285,10 +285,8 @@ struct Tracked {
     kind: Kind,
     uid: String,
     v1_hash: String,
-    /// (currentPodHash, currentStepIndex, aborted) at every sample that differed from the last,
-    /// with when it was first seen.
+    /// (currentPodHash, currentStepIndex, aborted) at every sample that differed from the last.
     trace: Vec<(String, Option<u64>, bool)>,
-    seen_at: Vec<Instant>,
     settled: bool,
 }
 
@@ -303,29 +301,6 @@ impl Tracked {
     }
 }
 
-impl Tracked {
-    /// Whether a kill fell within a second of when the status first showed `step` completed
-    /// (the index past it) on the new revision.
-    fn killed_near_step(&self, step: usize, kill_times: &[Instant]) -> bool {
-        let step = u64::try_from(step).unwrap_or(u64::MAX);
-        let Some(seen) = self
-            .trace
-            .iter()
-            .zip(&self.seen_at)
-            .find(|((hash, index, _), _)| *hash != self.v1_hash && index.is_some_and(|i| i >= step))
-            .map(|(_, at)| *at)
-        else {
-            return false;
-        };
-        let slack = Duration::from_secs(1);
-        kill_times.iter().any(|kill| {
-            let since = seen.saturating_duration_since(*kill);
-            let until = kill.saturating_duration_since(seen);
-            since <= slack + SAMPLE_EVERY && until <= slack
-        })
-    }
-}
-
 /// The figures of one soak.
 #[derive(Debug, Clone, Default)]
 pub struct SoakReport {
@@ -337,8 +312,6 @@ pub struct SoakReport {
     pub duplicate_replica_sets: usize,
     pub repeated_steps: usize,
     pub skipped_steps: usize,
-    /// Step events missing where a SIGKILL fell right after the step's status write.
-    pub events_lost_at_kills: usize,
     pub duplicate_analysis_runs: usize,
     pub status_backwards: usize,
     /// How long the releases took to settle (or the deadline, when some did not).
@@ -378,11 +351,6 @@ impl fmt::Display for SoakReport {
         )?;
         writeln!(f, "  repeated steps:              {}", self.repeated_steps)?;
         writeln!(f, "  skipped steps:               {}", self.skipped_steps)?;
-        writeln!(
-            f,
-            "  step events lost at a kill:  {} (the kill fell between the status write and the event)",
-            self.events_lost_at_kills
-        )?;
         writeln!(
             f,
             "  AnalysisRuns created twice:  {}",
@@ -551,7 +519,6 @@ pub fn run(config: &SoakConfig) -> Result<SoakReport, String> {
                         name,
                         kind,
                         trace: Vec::new(),
-                        seen_at: Vec::new(),
                         settled: false,
                     })
                 })
@@ -593,13 +560,11 @@ pub fn run(config: &SoakConfig) -> Result<SoakReport, String> {
     }
     let started = Instant::now();
     let mut killed = 0u32;
-    let mut kill_times = Vec::new();
     let mut extra = Vec::new();
     let settle_time = loop {
         let elapsed = started.elapsed();
         if kills.last().is_some_and(|at| *at <= elapsed) {
             kills.pop();
-            kill_times.push(Instant::now());
             controller.kill();
             killed = killed.saturating_add(1);
             controller.start().map_err(&fail)?;
@@ -623,7 +588,6 @@ pub fn run(config: &SoakConfig) -> Result<SoakReport, String> {
             );
             if t.trace.last() != Some(&sample) {
                 t.trace.push(sample);
-                t.seen_at.push(Instant::now());
             }
             t.settled = t.outcome_reached(r);
         }
@@ -642,7 +606,6 @@ pub fn run(config: &SoakConfig) -> Result<SoakReport, String> {
         before_events: &before_events,
         before_runs: &before_runs,
         kills: killed,
-        kill_times: &kill_times,
         settle_time,
         extra,
     });
@@ -658,7 +621,6 @@ struct FinishArgs<'a> {
     before_events: &'a BTreeSet<String>,
     before_runs: &'a BTreeSet<String>,
     kills: u32,
-    kill_times: &'a [Instant],
     settle_time: Duration,
     extra: Vec<String>,
 }
@@ -672,7 +634,6 @@ fn finish(args: FinishArgs<'_>) -> Result<SoakReport, String> {
         before_events,
         before_runs,
         kills,
-        kill_times,
         settle_time,
         extra,
     } = args;
@@ -787,16 +748,10 @@ fn finish(args: FinishArgs<'_>) -> Result<SoakReport, String> {
                         .problems
                         .push(format!("{name}: step {step} completed {times} times"));
                 } else if *times == 0 && t.kind.promotes() {
-                    // The event follows the status write that completes the step: a SIGKILL
-                    // between the two loses it, and only that is forgiven.
-                    if t.killed_near_step(step, kill_times) {
-                        report.events_lost_at_kills += 1;
-                    } else {
-                        report.skipped_steps += 1;
-                        report.problems.push(format!(
-                            "{name}: step {step} of {step_count} has no RolloutStepCompleted event"
-                        ));
-                    }
+                    report.skipped_steps += 1;
+                    report.problems.push(format!(
+                        "{name}: step {step} of {step_count} has no RolloutStepCompleted event"
+                    ));
                 }
             }
         }

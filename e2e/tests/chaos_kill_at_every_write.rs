@@ -30,7 +30,6 @@ fn kill_at_every_write(release: Release) {
     let points = kill_points(writes, SAMPLE, seed);
     let mut failures = Vec::new();
     let (mut cut, mut converged, mut duplicates, mut repeated, mut skipped) = (0, 0, 0, 0, 0);
-    let mut events_lost_at_kill = 0;
     for &n in &points {
         let reproduce = format!("reproduce with {ONLY_N_ENV}={n} (sample seed {SEED_ENV}={seed})");
         let result = Run::start(release, &format!("n{n}")).and_then(|mut run| {
@@ -51,11 +50,7 @@ fn kill_at_every_write(release: Release) {
         for (note, count) in &clean.step_events {
             let seen = outcome.step_events.get(note).copied().unwrap_or(0);
             repeated += usize::from(seen > *count);
-            if seen < *count && lost_at_kill(&outcome, note) {
-                events_lost_at_kill += 1;
-            } else {
-                skipped += usize::from(seen < *count);
-            }
+            skipped += usize::from(seen < *count);
         }
         if problems.is_empty() {
             run.remove_logs();
@@ -69,8 +64,8 @@ fn kill_at_every_write(release: Release) {
     }
     println!(
         "kill at every write, {name}: W = {writes} writes; killed at {cut} of {} N ({}; seed {seed}); \
-         converged {converged}/{}; duplicate ReplicaSets {duplicates}; repeated steps {repeated}; \
-         skipped steps {skipped}; step events lost with the killed process {events_lost_at_kill}",
+         converged {converged}/{}; duplicate ReplicaSets {duplicates}; \
+         step events repeated {repeated}; step events missing {skipped}",
         points.len(),
         if std::env::var_os(ONLY_N_ENV).is_some() {
             format!("only the N of {ONLY_N_ENV}")
@@ -108,25 +103,13 @@ fn compare(clean: &Outcome, killed: &Outcome) -> Vec<String> {
             killed.analysis_runs, clean.analysis_runs
         ));
     }
-    let mut expected = clean.step_events.clone();
-    expected.retain(|note, _| !lost_at_kill(killed, note) || killed.step_events.contains_key(note));
-    if killed.step_events != expected {
+    if killed.step_events != clean.step_events {
         problems.push(format!(
             "step events {:?}, the clean release has {:?}",
             killed.step_events, clean.step_events
         ));
     }
     problems
-}
-
-/// The event `note` was the one being written when the controller was cut off: the write
-/// refused at the cut was an event, and `note` is the step the status had just completed.
-/// Kubernetes events are written after the status they report, so that one is lost with the
-/// process (docs/resilience.md); the step itself is neither repeated nor skipped.
-fn lost_at_kill(killed: &Outcome, note: &str) -> bool {
-    killed
-        .event_refused_at_step
-        .is_some_and(|step| note.starts_with(&format!("Rollout step {step}/")))
 }
 
 #[test]

@@ -10,8 +10,8 @@
 //! 5. point Services, then drive the traffic routers (after scaling: traffic never points at
 //!    pods that are not there);
 //! 6. create, terminate and delete AnalysisRuns; delete old ReplicaSets;
-//! 7. patch status last (it is the checkpoint: a write lost above is planned again), then
-//!    record events and hand them to the notifier (which never waits).
+//! 7. record events (under names that make a repeat recognisable), then patch status last (it
+//!    is the checkpoint: a write lost above is planned again), then create new AnalysisRuns.
 //!
 //! Desired-state writes (revision, deadlines, metadata, selectors, run termination) are skipped
 //! when the live object already matches, so a reconcile with nothing to do writes nothing.
@@ -143,6 +143,15 @@ pub async fn apply(
         replica_sets::delete(&writer, name).await?;
     }
 
+    // Events before the status they report: a pass cut off between the two plans the same
+    // events again from the same Rollout version, and those already sent are recognised by
+    // name (see `status::publish`); after the status, a cut lost them.
+    for (index, event) in plan.events.iter().enumerate() {
+        status::publish(&target, rollout, index, event, ctx).await;
+    }
+    if let Some(notifier) = &ctx.notifier {
+        notifier.notify(rollout, &plan.status, &plan.events);
+    }
     status::write_status(rollout, &plan.status, ctx).await?;
     // A new run is created only once status points at it: the planner finds a run through
     // that pointer (or while it is still running), so a run created before a status write that
@@ -150,12 +159,6 @@ pub async fn apply(
     // the pointer written first, the next reconcile creates the missing run under its name.
     for run in &plan.create_analysis_runs {
         analysis_runs::create(&writer, rollout, run).await?;
-    }
-    for event in &plan.events {
-        status::publish(&target, rollout, event, ctx).await;
-    }
-    if let Some(notifier) = &ctx.notifier {
-        notifier.notify(rollout, &plan.status, &plan.events);
     }
     Ok(plan
         .requeue_after

@@ -73,10 +73,6 @@ pub struct Outcome {
     pub violations: Vec<String>,
     /// The release's final phase.
     pub phase: String,
-    /// When the write refused at the cut was an event and the Rollout's step index was k at
-    /// the kill: Some(k). The event of step k ("Rollout step k/..."), written after the status
-    /// that completed the step, is then lost with the killed process.
-    pub event_refused_at_step: Option<u64>,
 }
 
 /// One in-process kube-sim, a stand-in Prometheus and the controller process.
@@ -221,17 +217,6 @@ impl Run {
                 }
                 killed_writes = self.sim.write_cut_counts().0;
                 outcome.cut = true;
-                let cut = WriteCut::controller(0);
-                let event_refused = self.sim.requests().iter().any(|r| {
-                    cut.matches(&r.user_agent)
-                        && r.code == 500
-                        && r.verb == "create"
-                        && r.resource == "events"
-                });
-                if event_refused {
-                    outcome.event_refused_at_step =
-                        self.rollout()?.current_step_index().or(Some(0));
-                }
                 self.sim.set_faults(Faults::default());
                 self.start_controller()?;
             }
