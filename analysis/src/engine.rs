@@ -608,11 +608,16 @@ pub fn assess_run(
         let phase = metric_phase(metric, result, terminating);
         if result.phase != phase {
             if phase.is_completed() {
-                events.push(event(
-                    format!("Metric{phase}"),
-                    format!("Metric '{}' Completed. Result: {phase}", metric.name),
-                    phase,
-                ));
+                let mut message = format!("Metric '{}' Completed. Result: {phase}", metric.name);
+                // A judge's last reason says by how much, in the metric's unit (Argo's text first).
+                if metric.provider.judge.is_some()
+                    && let Some(last) = result.measurements.last()
+                    && !last.message.is_empty()
+                {
+                    message.push_str(": ");
+                    message.push_str(&last.message);
+                }
+                events.push(event(format!("Metric{phase}"), message, phase));
             }
             if let Some(last) = result.measurements.last() {
                 result.message = last.message.clone();

@@ -19,6 +19,9 @@
 //! | `nanHandling`     | `drop`         | a NaN is a missing sample (0/0 on an idle pod), not a zero      |
 //! | `removeOutliers`  | `false`        | on a canary the extreme samples are often the regression itself |
 //! | `seed`            | `0`            | seeds the tie-breaking noise, so a verdict is reproducible     |
+//! | `kind`            | `continuous`   | samples compared by ranks; `ratio` compares error counts ([`judge_rates`]) |
+//! | `minRequests`     | `100`          | `kind: ratio`: fewer requests on a side is NoData               |
+//! | `unit`            | none           | how values are written in the reason, events and the plugin    |
 //!
 //! `minSamples` counts each side's samples after NaN handling and outlier removal, which are the
 //! samples the test uses (`canarySamples`, `baselineSamples`).
@@ -52,14 +55,21 @@
 //! two-sided z drops it), and when W = 0 our z is 0 while z_scipy = -0.5/sigma; both give p = 1.
 //! So p = [`two_sided_p_value`]`(z)` = min(1, 2 P(Z > |z|)) in every case.
 
+mod rate;
 mod stats;
+mod unit;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+pub use rate::{
+    Counts, RateOutcome, beta_quantile, clopper_pearson, judge_rates, ln_gamma,
+    rate_ratio_interval, regularized_beta,
+};
 use stats::{ShiftedRanks, brent_root};
 pub use stats::{erfc, normal_isf, normal_sf, outlier_fences, percentile_type7, two_sided_p_value};
+pub use unit::Unit;
 
 /// Which change of the canary against the baseline is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -82,6 +92,17 @@ impl Direction {
     fn reports_decrease(self) -> bool {
         matches!(self, Direction::Decrease | Direction::Either)
     }
+}
+
+/// What a judge metric compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JudgeKind {
+    /// Samples of a continuous value (latency, CPU, a ratio sampled over time), by ranks.
+    #[default]
+    Continuous,
+    /// Error counts over request counts in the window, by an exact test on the rate ratio.
+    Ratio,
 }
 
 /// What a NoData verdict makes of the measurement.
@@ -122,6 +143,11 @@ pub struct JudgeConfig {
     pub nan_handling: NanHandling,
     pub remove_outliers: bool,
     pub seed: u64,
+    pub kind: JudgeKind,
+    /// `kind: ratio`: fewer requests than this on either side is NoData.
+    pub min_requests: u64,
+    /// The unit of the values, for the reason, events and the plugin.
+    pub unit: Option<Unit>,
 }
 
 impl Default for JudgeConfig {
@@ -136,6 +162,9 @@ impl Default for JudgeConfig {
             nan_handling: NanHandling::Drop,
             remove_outliers: false,
             seed: 0,
+            kind: JudgeKind::Continuous,
+            min_requests: 100,
+            unit: None,
         }
     }
 }
@@ -207,6 +236,9 @@ pub struct JudgeOutcome {
     pub baseline_samples: usize,
     /// One sentence saying why, for people and `kubectl rollouts`.
     pub reason: String,
+    /// The values' unit, when the metric gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<Unit>,
 }
 
 impl JudgeOutcome {
@@ -280,6 +312,8 @@ pub enum JudgeError {
     },
     #[error("judge has no {side} samples to rank; check the {side} query returns data")]
     NoSamples { side: Side },
+    #[error("judge {side} counts cannot be compared: {detail}")]
+    InvalidCounts { side: String, detail: String },
 }
 
 /// Judges canary samples against baseline samples taken over the same window. A NoData verdict is
@@ -311,6 +345,7 @@ pub fn judge(
         canary_samples: x.len(),
         baseline_samples: y.len(),
         reason: String::new(),
+        unit: cfg.unit,
     };
 
     if x.len() < cfg.min_samples || y.len() < cfg.min_samples {
@@ -348,7 +383,8 @@ pub fn judge(
     outcome.shift = Some(interval.estimate);
     outcome.lower = Some(interval.lower);
     outcome.upper = Some(interval.upper);
-    let (verdict, reason) = classify(&interval, outcome.mean_ratio, cfg);
+    let means = (outcome.canary_mean, outcome.baseline_mean);
+    let (verdict, reason) = classify(&interval, outcome.mean_ratio, means, cfg);
     outcome.verdict = verdict;
     outcome.reason = reason;
     Ok(outcome)
@@ -438,10 +474,32 @@ pub fn mean_ratio(canary_mean: f64, baseline_mean: f64) -> Option<f64> {
     (baseline_mean != 0.0 && ratio.is_finite()).then_some(ratio)
 }
 
-/// High, Low or Pass from the interval and the mean ratio, tolerance 0.25 x |estimate|.
-fn classify(interval: &ShiftInterval, ratio: Option<f64>, cfg: &JudgeConfig) -> (Verdict, String) {
+/// High, Low or Pass from the interval and the mean ratio, tolerance 0.25 x |estimate|. With a
+/// `unit` the values are written in it and the means are added.
+fn classify(
+    interval: &ShiftInterval,
+    ratio: Option<f64>,
+    means: (Option<f64>, Option<f64>),
+    cfg: &JudgeConfig,
+) -> (Verdict, String) {
     let tolerance = 0.25 * interval.estimate.abs();
     let ratio_text = ratio.map_or_else(|| "undefined".to_owned(), |r| format!("{r:.4}"));
+    let value = |v: f64| cfg.unit.map_or_else(|| format!("{v:.6}"), |u| u.format(v));
+    let (lower, upper, tol) = (
+        value(interval.lower),
+        value(interval.upper),
+        value(tolerance),
+    );
+    let means_text = match (cfg.unit, means) {
+        (Some(unit), (Some(c), Some(b))) => {
+            format!(
+                " (canary mean {}, baseline mean {})",
+                unit.format(c),
+                unit.format(b)
+            )
+        }
+        _ => String::new(),
+    };
     // An undefined ratio (baseline mean 0) does not veto a significant shift.
     let ratio_allows_high = ratio.is_none_or(|r| r >= cfg.allowed_increase);
     let ratio_allows_low = ratio.is_none_or(|r| r <= cfg.allowed_decrease);
@@ -449,8 +507,8 @@ fn classify(interval: &ShiftInterval, ratio: Option<f64>, cfg: &JudgeConfig) -> 
         return (
             Verdict::High,
             format!(
-                "shift interval [{:.6}, {:.6}] lies above +{tolerance:.6} and the mean ratio {ratio_text} reaches allowedIncrease {}",
-                interval.lower, interval.upper, cfg.allowed_increase
+                "shift interval [{lower}, {upper}] lies above +{tol} and the mean ratio {ratio_text} reaches allowedIncrease {}{means_text}",
+                cfg.allowed_increase
             ),
         );
     }
@@ -458,16 +516,15 @@ fn classify(interval: &ShiftInterval, ratio: Option<f64>, cfg: &JudgeConfig) -> 
         return (
             Verdict::Low,
             format!(
-                "shift interval [{:.6}, {:.6}] lies below -{tolerance:.6} and the mean ratio {ratio_text} reaches allowedDecrease {}",
-                interval.lower, interval.upper, cfg.allowed_decrease
+                "shift interval [{lower}, {upper}] lies below -{tol} and the mean ratio {ratio_text} reaches allowedDecrease {}{means_text}",
+                cfg.allowed_decrease
             ),
         );
     }
     (
         Verdict::Pass,
         format!(
-            "shift interval [{:.6}, {:.6}] with mean ratio {ratio_text} shows no reported change",
-            interval.lower, interval.upper
+            "shift interval [{lower}, {upper}] with mean ratio {ratio_text} shows no reported change{means_text}"
         ),
     )
 }

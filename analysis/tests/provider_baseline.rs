@@ -121,3 +121,95 @@ async fn a_failing_side_is_an_error_naming_it() {
         measured.message
     );
 }
+
+const ERRORS: &str = "sum(increase(requests{code=\"500\",hash=\"{{hash}}\"}[{{window}}]))";
+const TOTAL: &str = "sum(increase(requests{hash=\"{{hash}}\"}[{{window}}]))";
+
+fn ratio_metric(address: &str) -> Metric {
+    Metric {
+        name: "errors-vs-stable".into(),
+        success_condition: Some("result.verdict != \"High\"".into()),
+        provider: Provider {
+            judge: Some(json!({
+                "prometheus": {"address": address},
+                "kind": "ratio",
+                "errors": ERRORS,
+                "total": TOTAL,
+                "canary": "canary1",
+                "baseline": "stable1",
+                "window": "5m",
+                "direction": "increase",
+            })),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn ratio_kind_compares_error_counts_with_instant_queries_over_the_window() {
+    let server = FakePrometheus::start().await;
+    let resolved =
+        |text: &str, hash: &str| text.replace("{{hash}}", hash).replace("{{window}}", "5m");
+    // 0.2% against 0.05%: few errors, which sampled ratios would mostly see as zeros.
+    server.values(&resolved(ERRORS, "canary1"), &["60"]);
+    server.values(&resolved(TOTAL, "canary1"), &["30000"]);
+    server.values(&resolved(ERRORS, "stable1"), &["60"]);
+    server.values(&resolved(TOTAL, "stable1"), &["120000"]);
+    let measured = measure(&ratio_metric(&server.address)).await;
+    assert_eq!(
+        measured.phase,
+        AnalysisPhase::Failed,
+        "{}",
+        measured.message
+    );
+    let value: Value = serde_json::from_str(&measured.value).expect("JSON value");
+    assert_eq!(value["verdict"], "High");
+    assert_eq!(value["canaryErrors"], 60);
+    assert_eq!(value["baselineTotal"], 120000);
+    assert_eq!(value["meanRatio"], 4.0);
+    assert!(value["lower"].as_f64().expect("lower") > 1.0);
+    assert!(
+        measured.message.contains("canary 0.2% (60 errors)"),
+        "{}",
+        measured.message
+    );
+    let seen = server.requests();
+    assert_eq!(seen.len(), 4);
+    assert!(seen.iter().all(|r| r.path == "/api/v1/query"), "{seen:?}");
+}
+
+#[tokio::test]
+async fn ratio_kind_passes_a_canary_like_stable_and_names_a_missing_count() {
+    let server = FakePrometheus::start().await;
+    let resolved =
+        |text: &str, hash: &str| text.replace("{{hash}}", hash).replace("{{window}}", "5m");
+    server.values(&resolved(ERRORS, "canary1"), &["30"]);
+    server.values(&resolved(TOTAL, "canary1"), &["30000"]);
+    server.values(&resolved(ERRORS, "stable1"), &["120"]);
+    server.values(&resolved(TOTAL, "stable1"), &["120000"]);
+    let measured = measure(&ratio_metric(&server.address)).await;
+    assert_eq!(
+        measured.phase,
+        AnalysisPhase::Successful,
+        "{}",
+        measured.message
+    );
+
+    let mut no_total = ratio_metric(&server.address);
+    if let Some(judge) = no_total
+        .provider
+        .judge
+        .as_mut()
+        .and_then(Value::as_object_mut)
+    {
+        judge.remove("total");
+    }
+    let measured = measure(&no_total).await;
+    assert_eq!(measured.phase, AnalysisPhase::Error);
+    assert!(
+        measured.message.contains("provider.judge.total"),
+        "{}",
+        measured.message
+    );
+}

@@ -2,7 +2,8 @@
 //! the canary and the baseline over the same window, hands both sample sets to
 //! [`crate::judge::judge`], and makes its outcome the measurement. The condition reads it as
 //! `result.verdict`, `result.meanRatio`...; a NoData verdict takes the `noData` policy's phase
-//! without a condition.
+//! without a condition. `kind: ratio` instead instant-queries an `errors` and a `total` count
+//! per side over the window and hands them to [`crate::judge::judge_rates`].
 
 use std::collections::BTreeMap;
 
@@ -15,10 +16,12 @@ use serde::Deserialize;
 use super::prometheus::samples;
 use super::{MeasurementFuture, MetricProvider, PrometheusProvider, RunContext, error_measurement};
 use crate::condition;
-use crate::judge::{self, JudgeConfig, NoDataPhase};
+use crate::judge::{self, Counts, JudgeConfig, JudgeKind, NoDataPhase, Verdict};
 
 /// Where `{{hash}}` stands in the judge's query for each side's pod-template hash.
 pub const HASH_TAG: &str = "{{hash}}";
+/// Where `{{window}}` stands in the judge's queries for its window (`5m`).
+pub const WINDOW_TAG: &str = "{{window}}";
 /// Metadata keys of the two resolved queries.
 pub const CANARY_QUERY_KEY: &str = "ResolvedCanaryQuery";
 pub const BASELINE_QUERY_KEY: &str = "ResolvedBaselineQuery";
@@ -29,8 +32,13 @@ pub const BASELINE_QUERY_KEY: &str = "ResolvedBaselineQuery";
 pub struct JudgeQuery {
     /// Where and how to query: address, headers, timeout, insecure, authentication.
     pub prometheus: PrometheusMetric,
-    /// The query, with `{{hash}}` where each side's pod-template hash goes.
+    /// The query, with `{{hash}}` where each side's pod-template hash goes (`kind: continuous`).
     pub query: String,
+    /// `kind: ratio`: the count of bad requests over the window, e.g.
+    /// `sum(increase(http_requests_total{code=~"5..",h="{{hash}}"}[{{window}}]))`.
+    pub errors: String,
+    /// `kind: ratio`: the count of all requests over the same window.
+    pub total: String,
     /// The canary's pod-template hash (usually `{{args.canary-hash}}`).
     pub canary: String,
     /// The baseline's pod-template hash (usually `{{args.stable-hash}}`).
@@ -42,9 +50,29 @@ pub struct JudgeQuery {
 }
 
 impl JudgeQuery {
+    fn window(&self) -> &str {
+        self.window.as_deref().unwrap_or("5m")
+    }
+
+    /// A query with its `{{hash}}` and `{{window}}` filled in.
+    fn resolve(&self, query: &str, hash: &str) -> String {
+        query
+            .replace(HASH_TAG, hash)
+            .replace(WINDOW_TAG, self.window())
+    }
+
+    /// An instant query of a count (`kind: ratio`).
+    fn count(&self, query: &str, hash: &str) -> PrometheusMetric {
+        PrometheusMetric {
+            query: Some(self.resolve(query, hash)),
+            range_query: None,
+            ..self.prometheus.clone()
+        }
+    }
+
     fn side(&self, hash: &str) -> PrometheusMetric {
         PrometheusMetric {
-            query: Some(self.query.replace(HASH_TAG, hash)),
+            query: Some(self.resolve(&self.query, hash)),
             range_query: Some(PrometheusRangeQueryArgs {
                 start: Some(format!(
                     "now() - duration(\"{}\")",
@@ -71,10 +99,15 @@ pub enum JudgeSettingsError {
     },
     #[error("provider.judge.{field} of metric {metric:?} is empty: set it (see the judge example)")]
     Empty {
-        /// `query`, `canary` or `baseline`.
+        /// `query`, `canary`, `baseline`, `errors` or `total`.
         field: &'static str,
         metric: String,
     },
+    #[error(
+        "provider.judge.query of metric {metric:?} is set with kind: ratio, which reads errors and \
+         total instead: move the counts to errors and total, or use kind: continuous"
+    )]
+    QueryWithRatio { metric: String },
 }
 
 /// The judge's query and statistics settings of a metric.
@@ -92,11 +125,32 @@ fn settings(metric: &Metric) -> Result<(JudgeQuery, JudgeConfig), JudgeSettingsE
     };
     let query: JudgeQuery = serde_json::from_value(raw.clone()).map_err(invalid)?;
     let config: JudgeConfig = serde_json::from_value(raw.clone()).map_err(invalid)?;
-    for (field, value) in [
-        ("query", &query.query),
-        ("canary", &query.canary),
-        ("baseline", &query.baseline),
-    ] {
+    let fields: [(&'static str, &String); 3] = match config.kind {
+        JudgeKind::Continuous => [
+            ("query", &query.query),
+            ("canary", &query.canary),
+            ("baseline", &query.baseline),
+        ],
+        JudgeKind::Ratio => {
+            if !query.query.trim().is_empty() {
+                return Err(JudgeSettingsError::QueryWithRatio {
+                    metric: metric.name.clone(),
+                });
+            }
+            [
+                ("errors", &query.errors),
+                ("canary", &query.canary),
+                ("baseline", &query.baseline),
+            ]
+        }
+    };
+    if config.kind == JudgeKind::Ratio && query.total.trim().is_empty() {
+        return Err(JudgeSettingsError::Empty {
+            field: "total",
+            metric: metric.name.clone(),
+        });
+    }
+    for (field, value) in fields {
         if value.trim().is_empty() {
             return Err(JudgeSettingsError::Empty {
                 field,
@@ -125,19 +179,14 @@ impl BaselineJudgeProvider {
             Ok(settings) => settings,
             Err(e) => return error_measurement(e.to_string(), now),
         };
-        let (canary_side, baseline_side) = (query.side(&query.canary), query.side(&query.baseline));
-        let canary = self.prometheus.query(&canary_side, run);
-        let baseline = self.prometheus.query(&baseline_side, run);
-        let (canary, baseline) = match futures::join!(canary, baseline) {
-            (Ok(c), Ok(b)) => (samples(&c), samples(&b)),
-            (Err(e), _) => return error_measurement(format!("canary query: {e}"), now),
-            (_, Err(e)) => return error_measurement(format!("baseline query: {e}"), now),
+        let judged = match config.kind {
+            JudgeKind::Continuous => self.continuous(run, &query, &config).await,
+            JudgeKind::Ratio => self.ratio(run, &query, &config).await,
         };
-        let outcome = match judge::judge(&canary, &baseline, &config) {
-            Ok(outcome) => outcome,
-            Err(e) => return error_measurement(e.to_string(), now),
+        let (verdict, value, reason) = match judged {
+            Ok(judged) => judged,
+            Err(message) => return error_measurement(message, now),
         };
-        let value = serde_json::to_value(&outcome).unwrap_or_default();
         let finished = |phase, message: String| Measurement {
             phase,
             message,
@@ -146,18 +195,88 @@ impl BaselineJudgeProvider {
             finished_at: Some(Time(now)),
             ..Default::default()
         };
-        if let Some(phase) = outcome.no_data_phase(config.no_data) {
-            let phase = match phase {
+        if verdict == Verdict::NoData {
+            let phase = match judge::no_data_outcome(config.no_data) {
                 NoDataPhase::Successful => AnalysisPhase::Successful,
                 NoDataPhase::Inconclusive => AnalysisPhase::Inconclusive,
                 NoDataPhase::Failed => AnalysisPhase::Failed,
             };
-            return finished(phase, outcome.reason.clone());
+            return finished(phase, reason);
         }
         match condition::evaluate_metric(&condition::from_json(&value), metric) {
-            Ok(phase) => finished(phase, outcome.reason.clone()),
+            Ok(phase) => finished(phase, reason),
             Err(e) => error_measurement(e.to_string(), now),
         }
+    }
+
+    /// Range-queries both sides and compares their samples: (verdict, value, reason).
+    async fn continuous(
+        &self,
+        run: RunContext<'_>,
+        query: &JudgeQuery,
+        config: &JudgeConfig,
+    ) -> Result<(Verdict, serde_json::Value, String), String> {
+        let (canary_side, baseline_side) = (query.side(&query.canary), query.side(&query.baseline));
+        let canary = self.prometheus.query(&canary_side, run);
+        let baseline = self.prometheus.query(&baseline_side, run);
+        let (canary, baseline) = match futures::join!(canary, baseline) {
+            (Ok(c), Ok(b)) => (samples(&c), samples(&b)),
+            (Err(e), _) => return Err(format!("canary query: {e}")),
+            (_, Err(e)) => return Err(format!("baseline query: {e}")),
+        };
+        let outcome = judge::judge(&canary, &baseline, config).map_err(|e| e.to_string())?;
+        let value = serde_json::to_value(&outcome).unwrap_or_default();
+        Ok((outcome.verdict, value, outcome.reason))
+    }
+
+    /// Instant-queries each side's error and request counts and compares the rates.
+    async fn ratio(
+        &self,
+        run: RunContext<'_>,
+        query: &JudgeQuery,
+        config: &JudgeConfig,
+    ) -> Result<(Verdict, serde_json::Value, String), String> {
+        let count = |what: &'static str, text: &str, hash: &str| {
+            let side = query.count(text, hash);
+            async move {
+                let data = self
+                    .prometheus
+                    .query(&side, run)
+                    .await
+                    .map_err(|e| format!("{what} query: {e}"))?;
+                single_count(&samples(&data)).map_err(|e| format!("{what} query: {e}"))
+            }
+        };
+        let (canary_errors, canary_total, baseline_errors, baseline_total) = futures::join!(
+            count("canary errors", &query.errors, &query.canary),
+            count("canary total", &query.total, &query.canary),
+            count("baseline errors", &query.errors, &query.baseline),
+            count("baseline total", &query.total, &query.baseline),
+        );
+        let canary = Counts {
+            errors: canary_errors?,
+            total: canary_total?,
+        };
+        let baseline = Counts {
+            errors: baseline_errors?,
+            total: baseline_total?,
+        };
+        let outcome = judge::judge_rates(canary, baseline, config).map_err(|e| e.to_string())?;
+        let value = serde_json::to_value(&outcome).unwrap_or_default();
+        Ok((outcome.verdict, value, outcome.reason))
+    }
+}
+
+/// The one number a count query gives: nothing (no series yet) is 0, several series are an
+/// error (the query must `sum` them).
+fn single_count(values: &[f64]) -> Result<f64, String> {
+    match values {
+        [] => Ok(0.0),
+        [one] => Ok(*one),
+        many => Err(format!(
+            "it returned {} series, and a count must be one number: wrap it in sum(...)",
+            many.len()
+        )),
     }
 }
 
@@ -167,20 +286,30 @@ impl MetricProvider for BaselineJudgeProvider {
     }
 
     fn metadata(&self, metric: &Metric) -> BTreeMap<String, String> {
-        settings(metric)
-            .map(|(query, _)| {
-                BTreeMap::from([
-                    (
-                        CANARY_QUERY_KEY.to_string(),
-                        query.query.replace(HASH_TAG, &query.canary),
-                    ),
-                    (
-                        BASELINE_QUERY_KEY.to_string(),
-                        query.query.replace(HASH_TAG, &query.baseline),
-                    ),
-                ])
-            })
-            .unwrap_or_default()
+        let Ok((query, config)) = settings(metric) else {
+            return BTreeMap::new();
+        };
+        let resolved = |text: &str| {
+            [
+                (CANARY_QUERY_KEY, query.resolve(text, &query.canary)),
+                (BASELINE_QUERY_KEY, query.resolve(text, &query.baseline)),
+            ]
+        };
+        match config.kind {
+            JudgeKind::Continuous => resolved(&query.query)
+                .into_iter()
+                .map(|(key, text)| (key.to_string(), text))
+                .collect(),
+            JudgeKind::Ratio => {
+                let errors = resolved(&query.errors)
+                    .into_iter()
+                    .map(|(key, text)| (format!("{key}Errors"), text));
+                let total = resolved(&query.total)
+                    .into_iter()
+                    .map(|(key, text)| (format!("{key}Total"), text));
+                errors.chain(total).collect()
+            }
+        }
     }
 
     fn run<'a>(&'a self, run: RunContext<'a>, metric: &'a Metric) -> MeasurementFuture<'a> {
