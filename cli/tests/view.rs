@@ -124,6 +124,18 @@ fn judge_measurements_read_as_canary_versus_stable() {
         Some("canary 4.1% vs stable 0.9% (High)")
     );
     assert_eq!(judge_summary(&json!("[0.01]")), None);
+    let latency = json!({"verdict": "High", "canaryMean": 0.152, "baselineMean": 0.12,
+        "meanRatio": 1.27, "unit": "seconds"});
+    assert_eq!(
+        judge_summary(&latency).as_deref(),
+        Some("canary 152ms vs stable 120ms (High)")
+    );
+    let rare = json!({"verdict": "High", "canaryMean": 0.002, "baselineMean": 0.0,
+        "meanRatio": null, "unit": "ratio"});
+    assert_eq!(
+        judge_summary(&rare).as_deref(),
+        Some("canary 0.2% vs stable 0% (High)")
+    );
 }
 
 #[test]

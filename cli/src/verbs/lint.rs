@@ -4,10 +4,12 @@
 //! features this controller does not support, fields the API does not define, and advice:
 //! unpinned images, a canary without analysis, header routes the router cannot do, and weights
 //! a replica-count canary can only approximate. AnalysisTemplates, ClusterAnalysisTemplates and
-//! AnalysisRuns get their validation and the unknown-field check; other kinds are skipped.
+//! AnalysisRuns get their validation, the unknown-field check and advice on judge metrics whose
+//! samples overlap; other kinds are skipped.
 //! The exit status is non-zero when there is an error; warnings alone leave it zero.
 
 mod advice;
+mod judge;
 mod references;
 mod unknown_fields;
 
@@ -254,6 +256,12 @@ fn lint_document(
         _ => Vec::new(),
     };
     findings.extend(checks);
+    if matches!(
+        kind,
+        "AnalysisTemplate" | "ClusterAnalysisTemplate" | "AnalysisRun"
+    ) {
+        findings.extend(judge::advise(document));
+    }
     Some(findings)
 }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::jiff::Timestamp;
+use rollouts_analysis::judge::Unit;
 use serde_json::Value;
 
 use super::health::rollout_health;
@@ -182,8 +183,9 @@ fn pod_status(pod: &Value) -> (String, String, i64) {
     (status, format!("{ready}/{containers}"), restarts)
 }
 
-/// A baseline-judge measurement value: `canary 4.1% vs stable 0.9% (High)`. The value is an
-/// object, or (as Argo stores measurement values) a string holding one.
+/// A baseline-judge measurement value: `canary 4.1% vs stable 0.9% (High)`, or in the value's
+/// `unit` (`canary 152ms vs stable 120ms (High)`). The value is an object, or (as Argo stores
+/// measurement values) a string holding one.
 pub fn judge_summary(value: &Value) -> Option<String> {
     let parsed;
     let object = match value {
@@ -197,11 +199,22 @@ pub fn judge_summary(value: &Value) -> Option<String> {
     let canary = object.get("canaryMean")?.as_f64()?;
     let baseline = object.get("baselineMean")?.as_f64()?;
     object.get("meanRatio")?;
-    Some(format!(
-        "canary {:.1}% vs stable {:.1}% ({verdict})",
-        canary * 100.0,
-        baseline * 100.0
-    ))
+    // With a unit the means are written in it; without one they are taken as ratios.
+    let unit = object
+        .get("unit")
+        .and_then(|u| serde_json::from_value::<Unit>(u.clone()).ok());
+    Some(match unit {
+        Some(unit) => format!(
+            "canary {} vs stable {} ({verdict})",
+            unit.format(canary),
+            unit.format(baseline)
+        ),
+        None => format!(
+            "canary {:.1}% vs stable {:.1}% ({verdict})",
+            canary * 100.0,
+            baseline * 100.0
+        ),
+    })
 }
 
 /// The markers of a ReplicaSet: stable, canary, active, preview.
