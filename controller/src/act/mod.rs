@@ -150,7 +150,7 @@ pub async fn apply(
         status::publish(&target, rollout, index, event, ctx).await;
     }
     if let Some(notifier) = &ctx.notifier {
-        notifier.notify(rollout, &plan.status, &plan.events);
+        notifier.notify(rollout, &plan.events);
     }
     status::write_status(rollout, &plan.status, ctx).await?;
     // A new run is created only once status points at it: the planner finds a run through

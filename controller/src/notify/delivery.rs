@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use rollouts_crds::rollout::{Rollout, RolloutStatus};
+use rollouts_crds::rollout::Rollout;
 use tokio::sync::mpsc;
 
 use super::config::NotificationConfig;
@@ -115,9 +115,10 @@ impl Notifier {
             .clone()
     }
 
-    /// Queues a notification for each of `events` someone subscribed to. `status` is the status
-    /// the reconcile wrote, which templates see as `.rollout.status`.
-    pub fn notify(&self, rollout: &Rollout, status: &RolloutStatus, events: &[Event]) {
+    /// Queues a notification for each of `events` someone subscribed to. Templates see the
+    /// Rollout as the reconcile found it, as Argo's do (a step's template adds 1 to
+    /// `.rollout.status.currentStepIndex` to name the step just completed).
+    pub fn notify(&self, rollout: &Rollout, events: &[Event]) {
         if events.is_empty() {
             return;
         }
@@ -138,13 +139,8 @@ impl Notifier {
             if destinations.is_empty() || trigger_conditions(&config, &trigger).is_none() {
                 continue;
             }
-            let rollout_json = rollout_json.get_or_insert_with(|| {
-                let mut value = serde_json::to_value(rollout).unwrap_or_default();
-                if let Ok(status) = serde_json::to_value(status) {
-                    value["status"] = status;
-                }
-                value
-            });
+            let rollout_json = rollout_json
+                .get_or_insert_with(|| serde_json::to_value(rollout).unwrap_or_default());
             let job = Job {
                 namespace: namespace.clone(),
                 name: name.clone(),

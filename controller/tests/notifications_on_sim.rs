@@ -1,0 +1,440 @@
+//! Notifications end to end on kube-sim with the real controller binary and loopback
+//! receivers: Argo's ConfigMap and Secret in the controller's namespace, subscriptions by
+//! annotation, an aborted canary sending exactly one message to a subscribed webhook (through
+//! two 500s), the send recorded so that a restarted controller does not repeat it while a second
+//! abort is a new message, Slack's chat.postMessage per channel, and a receiver that always
+//! fails turning into a warning event and a failure count without slowing the rollout.
+
+mod support;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use support::{Controller, NAMESPACE, Sim, canary_rollout, eventually, http_get};
+
+const DEADLINE: Duration = Duration::from_secs(45);
+const NOTIFIED: &str = "notified.notifications.argoproj.io";
+
+/// One request a receiver got.
+#[derive(Clone, Debug)]
+struct Received {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: String,
+    /// The status it was answered with.
+    answered: u16,
+    at: Instant,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A loopback HTTP receiver: answers the statuses scripted, then `then` (with `body`), and
+/// keeps every request.
+struct Receiver {
+    url: String,
+    received: Arc<Mutex<Vec<Received>>>,
+    server: JoinHandle<()>,
+}
+
+impl Receiver {
+    async fn start(script: &[u16], then: u16, body: &'static str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds loopback");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let script = Arc::new(Mutex::new(
+            script.iter().copied().collect::<VecDeque<u16>>(),
+        ));
+        let seen = received.clone();
+        let server = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (seen, script) = (seen.clone(), script.clone());
+                tokio::spawn(async move {
+                    serve(stream, seen, script, then, body).await;
+                });
+            }
+        });
+        Self {
+            url,
+            received,
+            server,
+        }
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.received.lock().expect("received").clone()
+    }
+
+    fn accepted(&self) -> Vec<Received> {
+        self.received()
+            .into_iter()
+            .filter(|r| r.answered == 200)
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    seen: Arc<Mutex<Vec<Received>>>,
+    script: Arc<Mutex<VecDeque<u16>>>,
+    then: u16,
+    answer: &str,
+) {
+    let Some(head) = support::read_request_head(&mut stream).await else {
+        return;
+    };
+    let (head_text, rest) = head.split_once("\r\n\r\n").unwrap_or((&head, ""));
+    let mut lines = head_text.lines();
+    let request_line = lines.next().unwrap_or_default().to_string();
+    let mut parts = request_line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_string();
+    let path = parts.next().unwrap_or_default().to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            Some((name.trim().to_string(), value.trim().to_string()))
+        })
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = rest.as_bytes().to_vec();
+    while body.len() < length {
+        let mut chunk = vec![0u8; length - body.len()];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let answered = script.lock().expect("script").pop_front().unwrap_or(then);
+    seen.lock().expect("received").push(Received {
+        method,
+        path,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+        answered,
+        at: Instant::now(),
+    });
+    let response = format!(
+        "HTTP/1.1 {answered} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+        answer.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+type Cluster = Sim;
+
+impl Cluster {
+    fn start(name: &str) -> Self {
+        Self::start_named("rollouts-notifications-on-sim", name)
+    }
+
+    /// Argo's notification ConfigMap (and its Secret) in the controller's namespace.
+    async fn configure(&self, data: Value, secret: Value) {
+        let configmap: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "argo-rollouts-notification-configmap", "namespace": NAMESPACE},
+            "data": data
+        }))
+        .expect("a ConfigMap");
+        Api::<ConfigMap>::namespaced(self.client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &configmap)
+            .await
+            .expect("creates the notification ConfigMap");
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "argo-rollouts-notification-secret", "namespace": NAMESPACE},
+            "stringData": secret
+        }))
+        .expect("a Secret");
+        Api::<Secret>::namespaced(self.client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("creates the notification Secret");
+    }
+
+    /// A 2-pod canary with a pause, subscribed by `annotations`, released and paused on v2.
+    async fn paused_canary(&self, name: &str, annotations: Value) {
+        let mut rollout =
+            canary_rollout(name, 2, "app:v1", json!([{"setWeight": 50}, {"pause": {}}]));
+        rollout.metadata.annotations =
+            Some(serde_json::from_value(annotations).expect("annotations"));
+        self.create_rollout(rollout).await;
+        let v1 = self.wait_healthy(DEADLINE, name, 2).await.current_pod_hash;
+        self.set_image(name, "app:v2").await;
+        eventually(DEADLINE, &format!("{name} paused on v2"), || async {
+            let status = self.status(name).await;
+            (status.current_pod_hash != v1
+                && status.current_step_index == Some(1)
+                && !status.pause_conditions.is_empty())
+            .then_some(())
+        })
+        .await;
+    }
+
+    async fn abort(&self, name: &str) -> Instant {
+        let at = Instant::now();
+        self.patch_status(name, json!({"abort": true})).await;
+        at
+    }
+
+    /// The Rollout's `notified.notifications.argoproj.io`, parsed.
+    async fn notified(&self, name: &str) -> serde_json::Map<String, Value> {
+        let rollout = self.rollouts().get(name).await.expect("reads the Rollout");
+        rollout
+            .annotations()
+            .get(NOTIFIED)
+            .and_then(|value| serde_json::from_str(value).ok())
+            .unwrap_or_default()
+    }
+
+    async fn warnings(&self, name: &str, reason: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .expect("lists events")
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+}
+
+/// `notification_send_total{service=..., result=...}` from the controller's /metrics.
+async fn sends(controller: &Controller, service: &str, result: &str) -> u64 {
+    let body = http_get(controller.metrics_addr().await, "/metrics").await;
+    let series = format!("notification_send_total{{service=\"{service}\",result=\"{result}\"}}");
+    body.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the controller has reconciled `name` `more` more times than `since`.
+async fn reconciled(controller: &Controller, name: &str, since: u64, more: u64) {
+    eventually(
+        DEADLINE,
+        &format!("{more} more reconciles of {name}"),
+        || async { (controller.reconciles(name).await >= since + more).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_aborted_canary_notifies_its_webhook_once_through_500s_and_not_again_after_a_restart() {
+    let cluster = Cluster::start("abort");
+    // Two 500s, then 200: the message arrives on the third try.
+    let receiver = Receiver::start(&[500, 500], 200, "{}").await;
+    cluster
+        .configure(
+            json!({
+                "service.webhook.ops": format!(
+                    "url: {}\nheaders:\n- name: Authorization\n  value: Bearer $ops-token\nretryWaitMin: 200ms\nretryWaitMax: 1s\n",
+                    receiver.url
+                ),
+                "template.rollout-aborted": "message: Rollout {{.rollout.metadata.name}} has been aborted.\nwebhook:\n  ops:\n    method: POST\n    path: /hooks/{{.rollout.metadata.namespace}}\n    body: |\n      {\"text\": \"Rollout {{.rollout.metadata.name}} aborted at step {{.rollout.status.currentStepIndex}}\", \"recipient\": \"{{.recipient}}\"}\n",
+                "trigger.on-rollout-aborted": "- send: [rollout-aborted]\n",
+            }),
+            json!({"ops-token": "s3cret-token"}),
+        )
+        .await;
+    let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    cluster
+        .paused_canary(
+            "shop",
+            json!({"notifications.argoproj.io/subscribe.on-rollout-aborted.ops": ""}),
+        )
+        .await;
+    assert!(
+        receiver.received().is_empty(),
+        "nothing is sent before the abort (only on-rollout-aborted is subscribed): {:?}",
+        receiver.received()
+    );
+
+    let aborted_at = cluster.abort("shop").await;
+    let message = eventually(DEADLINE, "the abort message", || async {
+        receiver.accepted().first().cloned()
+    })
+    .await;
+    eprintln!(
+        "figure: abort to webhook delivery through two 500s: {:?}",
+        message.at.duration_since(aborted_at)
+    );
+    assert_eq!(message.method, "POST");
+    assert_eq!(message.path, "/hooks/default");
+    assert_eq!(message.header("authorization"), Some("Bearer s3cret-token"));
+    let body: Value = serde_json::from_str(&message.body).expect("the body is JSON");
+    assert_eq!(
+        body,
+        json!({"text": "Rollout shop aborted at step 1", "recipient": ""})
+    );
+    let tries: Vec<u16> = receiver.received().iter().map(|r| r.answered).collect();
+    assert_eq!(
+        tries,
+        [500, 500, 200],
+        "tried again after each 500, then stopped"
+    );
+
+    let recorded = eventually(DEADLINE, "the send recorded on the Rollout", || async {
+        let notified = cluster.notified("shop").await;
+        (!notified.is_empty()).then_some(notified)
+    })
+    .await;
+    let key = recorded.keys().next().expect("one key").clone();
+    assert!(
+        key.ends_with(":on-rollout-aborted:[0].2jmj7l5rSw0yVb_vlWAYkK_YBwk:ops:"),
+        "Argo's engine key shape: {key}"
+    );
+    eventually(DEADLINE, "one success counted", || async {
+        (sends(&controller, "ops", "success").await == 1).then_some(())
+    })
+    .await;
+    let log = controller.logs();
+    let leaked = log
+        .lock()
+        .expect("logs")
+        .iter()
+        .any(|entry| entry.to_string().contains("s3cret-token"));
+    assert!(!leaked, "the Secret's value is never logged");
+
+    // Killed after the send and started again: the abort is not sent a second time.
+    controller.kill().await;
+    let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    let since = controller.reconciles("shop").await;
+    reconciled(&controller, "shop", since, 1).await;
+    cluster
+        .patch_status("shop", json!({"message": "touched to reconcile again"}))
+        .await;
+    reconciled(&controller, "shop", since, 2).await;
+    assert_eq!(
+        receiver.accepted().len(),
+        1,
+        "a restarted controller does not repeat a sent notification"
+    );
+
+    // Retried and aborted again: a new occurrence, a new message.
+    cluster.patch_status("shop", json!({"abort": false})).await;
+    eventually(DEADLINE, "shop paused again after the retry", || async {
+        let status = cluster.status("shop").await;
+        (!status.abort && !status.pause_conditions.is_empty()).then_some(())
+    })
+    .await;
+    cluster.abort("shop").await;
+    eventually(DEADLINE, "the second abort's message", || async {
+        (receiver.accepted().len() == 2).then_some(())
+    })
+    .await;
+    eventually(DEADLINE, "both sends recorded", || async {
+        (cluster.notified("shop").await.len() == 2).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn slack_gets_each_step_per_channel_and_a_failing_webhook_becomes_a_warning_and_a_failure_count()
+ {
+    let cluster = Cluster::start("slack");
+    let slack = Receiver::start(&[], 200, r#"{"ok": true}"#).await;
+    let broken = Receiver::start(&[], 503, "{}").await;
+    cluster
+        .configure(
+            json!({
+                "service.slack": format!("token: $slack-token\napiURL: {}/api/\nusername: rollouts\n", slack.url),
+                "service.webhook.broken": format!("url: {}\nretryMax: 1\nretryWaitMin: 100ms\n", broken.url),
+                "template.rollout-step-completed": "message: Rollout {{.rollout.metadata.name}} step number {{ add .rollout.status.currentStepIndex 1}}/{{len .rollout.spec.strategy.canary.steps}} has been completed.\nslack:\n  attachments: |\n    [{\"title\": \"{{ .rollout.metadata.name}}\", \"color\": \"#18be52\"}]\n",
+            }),
+            json!({"slack-token": "xoxb-test"}),
+        )
+        .await;
+    let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    cluster
+        .paused_canary(
+            "cart",
+            json!({
+                "notifications.argoproj.io/subscribe.on-rollout-step-completed.slack": "dev;ops",
+                // The default triggers (failures only): the abort.
+                "notifications.argoproj.io/subscribe.broken": "",
+            }),
+        )
+        .await;
+    let posts = eventually(DEADLINE, "step 1 posted to both channels", || async {
+        let posts = slack.accepted();
+        (posts.len() == 2).then_some(posts)
+    })
+    .await;
+    let mut channels = Vec::new();
+    for post in &posts {
+        assert_eq!(post.method, "POST");
+        assert_eq!(post.path, "/api/chat.postMessage");
+        assert_eq!(post.header("authorization"), Some("Bearer xoxb-test"));
+        let body: Value = serde_json::from_str(&post.body).expect("JSON");
+        assert_eq!(
+            body["text"],
+            "Rollout cart step number 1/2 has been completed."
+        );
+        assert_eq!(body["attachments"][0]["title"], "cart");
+        assert_eq!(body["username"], "rollouts");
+        channels.push(body["channel"].as_str().unwrap_or_default().to_string());
+    }
+    channels.sort();
+    assert_eq!(channels, ["dev", "ops"]);
+
+    cluster.abort("cart").await;
+    eventually(DEADLINE, "the abort back to stable", || async {
+        let status = cluster.status("cart").await;
+        (status.abort && status.phase == "Degraded").then_some(())
+    })
+    .await;
+    let warning = eventually(DEADLINE, "a NotificationFailed warning", || async {
+        cluster
+            .warnings("cart", "NotificationFailed")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    let note = warning.note.unwrap_or_default();
+    assert!(
+        note.contains("on-rollout-aborted") && note.contains("broken") && note.contains("503"),
+        "{note}"
+    );
+    assert!(!note.contains(&broken.url), "no URL in the event: {note}");
+    assert_eq!(broken.received().len(), 2, "one try and one retry");
+    eventually(DEADLINE, "the failure counted", || async {
+        (sends(&controller, "broken", "failure").await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(sends(&controller, "slack", "success").await, 2);
+    assert!(
+        cluster.notified("cart").await.len() == 2,
+        "only the Slack sends are recorded"
+    );
+}
