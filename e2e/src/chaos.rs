@@ -288,6 +288,8 @@ struct Tracked {
     /// (currentPodHash, currentStepIndex, aborted) at every sample that differed from the last.
     trace: Vec<(String, Option<u64>, bool)>,
     settled: bool,
+    /// Looks that found traffic sent to pods that were not available, and the first of them.
+    unavailable_traffic: (usize, Option<String>),
 }
 
 impl Tracked {
@@ -314,6 +316,8 @@ pub struct SoakReport {
     pub skipped_steps: usize,
     pub duplicate_analysis_runs: usize,
     pub status_backwards: usize,
+    /// Looks (every 200 ms) that found a weight or an active Service on pods not available.
+    pub traffic_to_unavailable_pods: usize,
     /// How long the releases took to settle (or the deadline, when some did not).
     pub settle_time: Duration,
     /// Each finding, naming the Rollout.
@@ -360,6 +364,11 @@ impl fmt::Display for SoakReport {
             f,
             "  status gone backwards:       {}",
             self.status_backwards
+        )?;
+        writeln!(
+            f,
+            "  traffic to unavailable pods: {} looks",
+            self.traffic_to_unavailable_pods
         )?;
         for problem in &self.problems {
             writeln!(f, "  - {problem}")?;
@@ -420,6 +429,81 @@ fn names(objects: &[Value]) -> BTreeSet<String> {
         .iter()
         .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
         .collect()
+}
+
+/// One look at where traffic goes: a routed canary's nginx weight needs as large a share of
+/// its replicas available on the canary Service's revision, and the rest needs the stable
+/// Service's revision available; a blue-green's active Service must select available pods.
+/// Routers and Services are read before the ReplicaSets, so a weight is compared with pods
+/// counted after it was set (pods in the soak never stop being available).
+fn look_at_traffic(sim: &SimHandle, tracked: &mut [Tracked]) {
+    let ingresses = sim.list(NAMESPACE, "networking.k8s.io/v1", "Ingress");
+    let services = sim.list(NAMESPACE, "v1", "Service");
+    let replica_sets = sim.list(NAMESPACE, "apps/v1", "ReplicaSet");
+    let named = |objects: &[Value], name: &str| {
+        objects
+            .iter()
+            .find(|o| o["metadata"]["name"] == name)
+            .cloned()
+    };
+    let selected = |name: &str| {
+        named(&services, name).and_then(|s| {
+            s["spec"]["selector"]["rollouts-pod-template-hash"]
+                .as_str()
+                .map(str::to_string)
+        })
+    };
+    for t in tracked
+        .iter_mut()
+        .filter(|t| matches!(t.kind, Kind::Routed | Kind::BlueGreen))
+    {
+        let available = |hash: &str| {
+            owned_by(&replica_sets, &t.uid)
+                .find(|rs| rs["metadata"]["labels"]["rollouts-pod-template-hash"] == hash)
+                .map_or(0, |rs| {
+                    rs["status"]["availableReplicas"].as_i64().unwrap_or(0)
+                })
+        };
+        let mut problems = Vec::new();
+        if t.kind == Kind::Routed {
+            let weight = named(&ingresses, &format!("{0}-{0}-canary", t.name))
+                .and_then(|i| {
+                    i["metadata"]["annotations"]["nginx.ingress.kubernetes.io/canary-weight"]
+                        .as_str()
+                        .and_then(|w| w.parse::<i64>().ok())
+                })
+                .unwrap_or(0);
+            let replicas = 2;
+            if let Some(canary) = selected(&format!("{}-canary", t.name))
+                && weight > 0
+                && available(&canary).saturating_mul(100) < weight.saturating_mul(replicas)
+            {
+                problems.push(format!(
+                    "canary weight {weight}% with {} of {replicas} pods of {canary} available",
+                    available(&canary)
+                ));
+            }
+            if let Some(stable) = selected(&format!("{}-stable", t.name))
+                && weight < 100
+                && available(&stable) == 0
+            {
+                problems.push(format!(
+                    "{}% of traffic to the stable Service, whose pods ({stable}) are not available",
+                    100 - weight
+                ));
+            }
+        } else if let Some(active) = selected(&t.name)
+            && available(&active) == 0
+        {
+            problems.push(format!(
+                "the active Service selects {active}, which has no available pods"
+            ));
+        }
+        if let Some(first) = problems.into_iter().next() {
+            t.unavailable_traffic.0 += 1;
+            t.unavailable_traffic.1.get_or_insert(first);
+        }
+    }
 }
 
 fn owned_by<'a>(objects: &'a [Value], uid: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
@@ -520,6 +604,7 @@ pub fn run(config: &SoakConfig) -> Result<SoakReport, String> {
                         kind,
                         trace: Vec::new(),
                         settled: false,
+                        unavailable_traffic: (0, None),
                     })
                 })
                 .collect::<Vec<_>>();
@@ -578,6 +663,7 @@ pub fn run(config: &SoakConfig) -> Result<SoakReport, String> {
             ));
             controller.start().map_err(&fail)?;
         }
+        look_at_traffic(&sim, &mut tracked);
         let now = rollouts(&sim);
         for t in &mut tracked {
             let Some(r) = now.get(&t.name) else { continue };
@@ -690,6 +776,13 @@ fn finish(args: FinishArgs<'_>) -> Result<SoakReport, String> {
                 rollout.current_step_index(),
                 rollout.stable_hash(),
                 rollout.current_hash(),
+            ));
+        }
+
+        if let (looks @ 1.., Some(first)) = &t.unavailable_traffic {
+            report.traffic_to_unavailable_pods += looks;
+            report.problems.push(format!(
+                "{name}: traffic to pods not available at {looks} looks, first: {first}"
             ));
         }
 

@@ -146,8 +146,8 @@ pub async fn apply(
     // Events before the status they report: a pass cut off between the two plans the same
     // events again from the same Rollout version, and those already sent are recognised by
     // name (see `status::publish`); after the status, a cut lost them.
-    for (index, event) in plan.events.iter().enumerate() {
-        status::publish(&target, rollout, index, event, ctx).await;
+    for event in &plan.events {
+        status::publish(&target, rollout, event, ctx).await;
     }
     if let Some(notifier) = &ctx.notifier {
         notifier.notify(rollout, &plan.events);

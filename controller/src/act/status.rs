@@ -51,7 +51,8 @@ pub async fn write_status(
 /// written; a failure is logged, not returned, since status says what happened.
 ///
 /// The event is created under a name derived from the Rollout's uid, the resourceVersion the
-/// plan was made from, the event's place in the plan and its content. A pass cut off after the
+/// plan was made from and the event's content (not its place in the plan: a pass after a
+/// partial one plans fewer events, a scale already done no longer reported). A pass cut off after the
 /// event and before its status (a kill, a refused status write) plans again from the same
 /// resourceVersion, makes the same event and finds it already there (409): it is sent once,
 /// not lost (as it was when events came after the status) and not repeated. The kube
@@ -60,18 +61,17 @@ pub async fn write_status(
 pub(super) async fn publish(
     target: &Target,
     rollout: &Rollout,
-    index: usize,
     event: &crate::planner::Event,
     ctx: &Context,
 ) {
-    let kube_event = plan_event(rollout, index, event, &ctx.reporter);
+    let kube_event = plan_event(rollout, event, &ctx.reporter);
     let api: Api<K8sEvent> = Api::namespaced(ctx.client.clone(), &target.namespace);
     let mut created = api.create(&PostParams::default(), &kube_event).await;
     // An event lost to a server error or a throttle is a step nobody sees completed: tried
     // again a few times, briefly, as client-go's recorder does.
     for delay in EVENT_RETRY_DELAYS {
         match &created {
-            Err(error) if crate::error::is_transient(error) => {
+            Err(error) if worth_retrying(error) => {
                 tokio::time::sleep(delay).await;
                 created = api.create(&PostParams::default(), &kube_event).await;
             }
@@ -86,7 +86,7 @@ pub(super) async fn publish(
             &event.reason,
         ),
         // Sent by an earlier pass over this same Rollout version.
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) if already_sent(&error) => {}
         Err(source) => {
             let error = Error::PublishEvent {
                 namespace: target.namespace.clone(),
@@ -99,6 +99,18 @@ pub(super) async fn publish(
     }
 }
 
+/// Whether a failed event create may succeed if sent again: a transient failure
+/// ([`crate::error::is_transient`]) or a 409 other than AlreadyExists (a conflict).
+fn worth_retrying(error: &kube::Error) -> bool {
+    crate::error::is_transient(error)
+        || matches!(error, kube::Error::Api(status) if status.code == 409 && !already_sent(error))
+}
+
+/// The event exists already: an earlier pass from the same Rollout version created it.
+fn already_sent(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409 && status.reason == "AlreadyExists")
+}
+
 fn event_type_name(type_: EventType) -> &'static str {
     match type_ {
         EventType::Normal => "Normal",
@@ -106,13 +118,8 @@ fn event_type_name(type_: EventType) -> &'static str {
     }
 }
 
-/// The events.k8s.io/v1 Event for the `index`th event of a plan made from `rollout`.
-fn plan_event(
-    rollout: &Rollout,
-    index: usize,
-    event: &crate::planner::Event,
-    reporter: &Reporter,
-) -> K8sEvent {
+/// The events.k8s.io/v1 Event for an event of a plan made from `rollout`.
+fn plan_event(rollout: &Rollout, event: &crate::planner::Event, reporter: &Reporter) -> K8sEvent {
     let reference = rollout.object_ref(&());
     K8sEvent {
         action: Some(event_action(&event.message)),
@@ -129,7 +136,7 @@ fn plan_event(
                 .unwrap_or_else(|| reporter.controller.clone()),
         ),
         metadata: ObjectMeta {
-            name: Some(plan_event_name(rollout, index, event)),
+            name: Some(plan_event_name(rollout, event)),
             namespace: rollout.namespace(),
             ..ObjectMeta::default()
         },
@@ -139,7 +146,7 @@ fn plan_event(
 
 /// `<rollout>.<16 hex digits>`: the same for the same event planned from the same version of
 /// the same Rollout, different otherwise.
-fn plan_event_name(rollout: &Rollout, index: usize, event: &crate::planner::Event) -> String {
+fn plan_event_name(rollout: &Rollout, event: &crate::planner::Event) -> String {
     /// Room left for the Rollout's name in an object name of 253 bytes.
     const MAX_PREFIX_BYTES: usize = 253 - 17;
     let meta = rollout.meta();
@@ -147,7 +154,6 @@ fn plan_event_name(rollout: &Rollout, index: usize, event: &crate::planner::Even
     for part in [
         meta.uid.as_deref().unwrap_or_default(),
         meta.resource_version.as_deref().unwrap_or_default(),
-        &index.to_string(),
         event_type_name(event.type_),
         &event.reason,
         &event.message,
@@ -218,18 +224,16 @@ mod tests {
     #[test]
     fn an_event_planned_again_from_the_same_rollout_version_has_the_same_name() {
         let step = step_event("Rollout step 2/4 completed (pause)");
-        let name = plan_event_name(&rollout("u1", "41"), 0, &step);
-        assert_eq!(name, plan_event_name(&rollout("u1", "41"), 0, &step));
+        let name = plan_event_name(&rollout("u1", "41"), &step);
+        assert_eq!(name, plan_event_name(&rollout("u1", "41"), &step));
         assert!(name.starts_with("web."), "{name}");
         assert_eq!(name.len(), "web.".len() + 16, "{name}");
-        // Another version, Rollout, place in the plan or content: another event.
+        // Another version, Rollout or content: another event.
         for other in [
-            plan_event_name(&rollout("u1", "42"), 0, &step),
-            plan_event_name(&rollout("u2", "41"), 0, &step),
-            plan_event_name(&rollout("u1", "41"), 1, &step),
+            plan_event_name(&rollout("u1", "42"), &step),
+            plan_event_name(&rollout("u2", "41"), &step),
             plan_event_name(
                 &rollout("u1", "41"),
-                0,
                 &step_event("Rollout step 3/4 completed (pause)"),
             ),
         ] {
@@ -241,9 +245,10 @@ mod tests {
     fn a_long_rollout_name_leaves_a_valid_event_name() {
         let mut long = rollout("u1", "1");
         long.metadata.name = Some("é".repeat(200));
-        let name = plan_event_name(&long, 0, &step_event("x"));
+        let name = plan_event_name(&long, &step_event("x"));
         assert!(name.len() <= 253, "{}", name.len());
-        assert!(name.ends_with(&plan_event_name(&long, 0, &step_event("x"))[name.len() - 17..]));
+        assert!(name.starts_with("éé"), "{name}");
+        assert_eq!(name.as_bytes()[name.len() - 17], b'.', "{name}");
     }
 
     #[test]
@@ -252,7 +257,7 @@ mod tests {
             controller: "rollouts-controller".to_string(),
             instance: None,
         };
-        let event = plan_event(&rollout("u1", "7"), 0, &step_event("done"), &reporter);
+        let event = plan_event(&rollout("u1", "7"), &step_event("done"), &reporter);
         assert_eq!(event.reason.as_deref(), Some("RolloutStepCompleted"));
         assert_eq!(event.note.as_deref(), Some("done"));
         assert_eq!(event.type_.as_deref(), Some("Normal"));
@@ -265,6 +270,33 @@ mod tests {
         assert_eq!(regarding.kind.as_deref(), Some("Rollout"));
         assert_eq!(regarding.uid.as_deref(), Some("u1"));
         assert!(event.event_time.is_some());
+    }
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("refused by the test", reason)
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn an_event_that_exists_is_sent_and_other_refusals_are_tried_again_when_passing() {
+        assert!(already_sent(&api_error(409, "AlreadyExists")));
+        assert!(!worth_retrying(&api_error(409, "AlreadyExists")));
+        assert!(!already_sent(&api_error(409, "Conflict")));
+        for code in [500, 502, 503, 504, 429, 409, 408] {
+            assert!(
+                worth_retrying(&api_error(code, "Refused")),
+                "{code} is worth retrying"
+            );
+        }
+        for code in [400, 401, 403, 404, 422, 501] {
+            assert!(
+                !worth_retrying(&api_error(code, "Refused")),
+                "{code} is not worth retrying"
+            );
+        }
     }
 
     #[test]
