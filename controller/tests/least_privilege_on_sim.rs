@@ -51,6 +51,7 @@ const ROLE_FILES: &[&str] = &[
     "deploy/rbac/namespaced-resources/role.yaml",
     "deploy/rbac/cluster-resources/role.yaml",
     "deploy/base/leader-election-rbac.yaml",
+    "deploy/base/notifications-rbac.yaml",
 ];
 
 /// Grants of the cluster-wide install the tour may not use, as (group, resource, verb). Each
@@ -857,6 +858,7 @@ impl Controller {
             .arg(&cluster.kubeconfig)
             // In a pod the Lease's namespace is the pod's; the kubeconfig here says `default`.
             .args(["--leader-election-namespace", &install.namespace])
+            .args(["--notifications-namespace", &install.namespace])
             .args([
                 "--metrics-addr",
                 "127.0.0.1:0",
@@ -916,7 +918,39 @@ fn rollout(namespace: &str, name: &str, replicas: i32, spec: Value) -> Value {
     rollout
 }
 
-/// Canary steps with Services, promote, abort, retry and a history of one old ReplicaSet.
+/// Argo's notification ConfigMap and Secret in the controller's namespace: a webhook service
+/// (the stub) that [`canary_steps`] subscribes its Rollout to, so its abort is notified and
+/// recorded on the Rollout.
+async fn notifications(cluster: &Cluster, install: &Install, stub: &WebStub) {
+    cluster
+        .create(
+            "secrets",
+            json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "argo-rollouts-notification-secret", "namespace": install.namespace},
+                "stringData": {"hook-token": TOKEN}
+            }),
+        )
+        .await;
+    cluster
+        .create(
+            "configmaps",
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "argo-rollouts-notification-configmap", "namespace": install.namespace},
+                "data": {
+                    "service.webhook.tour": format!(
+                        "url: {}\nheaders:\n- name: Authorization\n  value: Bearer $hook-token\n",
+                        stub.url
+                    )
+                }
+            }),
+        )
+        .await;
+}
+
+/// Canary steps with Services, promote, abort (notified), retry and a history of one old
+/// ReplicaSet.
 async fn canary_steps(cluster: &Cluster, namespace: &str) {
     let name = "web";
     cluster.service(namespace, "web-stable", name).await;
@@ -932,9 +966,10 @@ async fn canary_steps(cluster: &Cluster, namespace: &str) {
             "steps": [{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {"duration": "1s"}}]
         }}
     });
-    cluster
-        .create("rollouts", rollout(namespace, name, 4, spec))
-        .await;
+    let mut web = rollout(namespace, name, 4, spec);
+    web["metadata"]["annotations"] =
+        json!({"notifications.argoproj.io/subscribe.on-rollout-aborted.tour": ""});
+    cluster.create("rollouts", web).await;
     let v1 = cluster.healthy(namespace, name, 4).await;
     let v2 = cluster.update(namespace, name, "app:v2", &v1).await;
     cluster.paused_at(namespace, name, 1).await;
@@ -951,6 +986,14 @@ async fn canary_steps(cluster: &Cluster, namespace: &str) {
             let status = cluster.status(namespace, name).await;
             let sets = cluster.replica_sets(namespace, name).await;
             (status.abort && status.phase == "Degraded" && sets.get(&v3) == Some(&0)).then_some(())
+        })
+        .await;
+    cluster
+        .eventually("the abort notified and recorded on the Rollout", || async {
+            let web = cluster.rollouts(namespace).get(name).await.ok()?;
+            web.annotations()
+                .contains_key("notified.notifications.argoproj.io")
+                .then_some(())
         })
         .await;
     cluster
@@ -1330,8 +1373,9 @@ async fn workload_ref(cluster: &Cluster, namespace: &str) {
 }
 
 /// Every scenario at once, each its own Rollout in `namespace`.
-async fn tour(cluster: &Cluster, namespace: &str, cluster_templates: bool) {
+async fn tour(cluster: &Cluster, namespace: &str, install: &Install, cluster_templates: bool) {
     let stub = WebStub::start().await;
+    notifications(cluster, install, &stub).await;
     tokio::join!(
         canary_steps(cluster, namespace),
         canary_analysis(cluster, namespace, &stub, cluster_templates),
@@ -1353,7 +1397,7 @@ async fn the_cluster_wide_install_allows_every_request_and_grants_nothing_unused
     let workloads = "shop";
     cluster.namespace(workloads).await;
     let controller = Controller::start(&cluster, &install);
-    tour(&cluster, workloads, true).await;
+    tour(&cluster, workloads, &install, true).await;
     controller.stop(&cluster).await;
 
     let requests = controller_requests(&cluster.sim);
@@ -1387,7 +1431,7 @@ async fn the_namespaced_install_allows_every_request_in_its_own_namespace() {
     cluster.namespace(&install.namespace).await;
     let controller = Controller::start(&cluster, &install);
     // A namespaced install cannot read ClusterAnalysisTemplates (cluster-scoped).
-    tour(&cluster, &install.namespace, false).await;
+    tour(&cluster, &install.namespace, &install, false).await;
     controller.stop(&cluster).await;
 
     let requests = controller_requests(&cluster.sim);

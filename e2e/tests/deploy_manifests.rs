@@ -174,6 +174,8 @@ fn cluster_install_has_every_object_in_the_rollouts_namespace() {
         ),
         ("Role", "rollouts-controller-leader-election"),
         ("RoleBinding", "rollouts-controller-leader-election"),
+        ("Role", "rollouts-controller-notifications"),
+        ("RoleBinding", "rollouts-controller-notifications"),
         ("Deployment", CONTROLLER),
         ("Service", "rollouts-controller-metrics"),
         ("PodDisruptionBudget", CONTROLLER),
@@ -278,6 +280,9 @@ fn cluster_role_grants_what_the_controller_does_and_no_more() {
     let needed = [
         ("argoproj.io", "rollouts", "watch"),
         ("argoproj.io", "rollouts/status", "patch"),
+        // Notifications record what was sent in the notified.notifications.argoproj.io
+        // annotation (a merge patch of metadata; the spec is never written).
+        ("argoproj.io", "rollouts", "patch"),
         ("argoproj.io", "rollouts/finalizers", "update"),
         ("argoproj.io", "analysisruns", "create"),
         ("argoproj.io", "analysisruns", "delete"),
@@ -310,7 +315,6 @@ fn cluster_role_grants_what_the_controller_does_and_no_more() {
     }
     let refused = [
         ("argoproj.io", "rollouts", "update"),
-        ("argoproj.io", "rollouts", "patch"),
         ("argoproj.io", "rollouts", "delete"),
         ("argoproj.io", "analysistemplates", "patch"),
         ("apps", "replicasets", "deletecollection"),
@@ -345,6 +349,43 @@ fn cluster_role_grants_what_the_controller_does_and_no_more() {
         "clusteranalysistemplates",
         "update"
     ));
+}
+
+#[test]
+fn notifications_read_only_argos_configmap_and_secret_by_name_in_the_controller_namespace() {
+    let role = find(
+        cluster_install(),
+        "Role",
+        "rollouts-controller-notifications",
+    );
+    assert_eq!(role["metadata"]["namespace"], NAMESPACE);
+    let rules = role["rules"].as_array().expect("rules");
+    let granted: Vec<(Vec<&str>, Vec<&str>, Vec<&str>)> = rules
+        .iter()
+        .map(|rule| {
+            assert_eq!(strings(&rule["apiGroups"]), [""]);
+            (
+                strings(&rule["resources"]),
+                strings(&rule["resourceNames"]),
+                strings(&rule["verbs"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        granted,
+        [
+            (
+                vec!["configmaps"],
+                vec!["argo-rollouts-notification-configmap"],
+                vec!["list", "watch"]
+            ),
+            (
+                vec!["secrets"],
+                vec!["argo-rollouts-notification-secret"],
+                vec!["list", "watch"]
+            ),
+        ]
+    );
 }
 
 #[test]
@@ -571,6 +612,7 @@ fn namespaced_overlay_uses_roles_and_watches_its_own_namespace() {
         "the Role grants in one namespace what the ClusterRole grants everywhere"
     );
     find(objects, "Role", "rollouts-controller-leader-election");
+    find(objects, "Role", "rollouts-controller-notifications");
     let binding = find(objects, "RoleBinding", CONTROLLER);
     assert_eq!(binding["roleRef"]["kind"], "Role");
     assert_eq!(binding["roleRef"]["name"], CONTROLLER);

@@ -137,6 +137,22 @@ fn text_response(code: u16, text: &'static str) -> Response<Body> {
 }
 
 /// Query parameters, percent-decoded (kube-rs may start a query with `?&`).
+/// The name a list or watch selects with `fieldSelector=metadata.name=X`: the API server's
+/// request info carries it, so RBAC's `resourceNames` can allow such a watch, and so does our
+/// request log.
+fn selected_name(field_selector: Option<&String>) -> String {
+    field_selector
+        .into_iter()
+        .flat_map(|selector| selector.split(','))
+        .find_map(|term| {
+            let term = term.trim();
+            term.strip_prefix("metadata.name==")
+                .or_else(|| term.strip_prefix("metadata.name="))
+        })
+        .unwrap_or_default()
+        .to_string()
+}
+
 pub fn parse_query(query: &str) -> HashMap<String, String> {
     query
         .split('&')
@@ -253,6 +269,9 @@ async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
                 record.subresource = rp.subresource.clone().unwrap_or_default();
                 record.namespace = rp.namespace.clone().unwrap_or_default();
                 record.name = rp.name.clone().unwrap_or_default();
+                if record.name.is_empty() && matches!(verb.as_str(), "list" | "watch") {
+                    record.name = selected_name(query.get("fieldSelector"));
+                }
                 record.path.clear();
                 let request = ApiRequest {
                     verb,
@@ -389,6 +408,15 @@ fn non_resource(sim: &Sim, method: &Method, segments: &[&str]) -> Option<Respons
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_by_name_field_selector_is_logged_with_that_name() {
+        let name = |selector: &str| selected_name(Some(&selector.to_string()));
+        assert_eq!(name("metadata.name=cm"), "cm");
+        assert_eq!(name("metadata.namespace=ops,metadata.name==cm"), "cm");
+        assert_eq!(name("metadata.name!=cm"), "");
+        assert_eq!(selected_name(None), "");
+    }
 
     #[test]
     fn paths_parse_into_resources() {
