@@ -16,11 +16,12 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun};
 use rollouts_crds::rollout::Rollout;
 use rollouts_e2e::fake_prometheus::FakePrometheus;
-use rollouts_e2e::sim::RequestRecord;
+use rollouts_e2e::sim::{RequestRecord, SimOptions};
 use serde_json::{Value, json};
 
 use support::{Controller, NAMESPACE, Sim, eventually};
@@ -52,6 +53,31 @@ impl Takeover {
     /// it as Argo's controller did.
     async fn new(test: &str, replicas: i32, image: &str, strategy: Value, status: Value) -> Self {
         let sim = Sim::start_named("rollouts-argo-takeover", test);
+        Self::on(sim, replicas, image, strategy, status).await
+    }
+
+    /// [`Self::new`] on a simulator that also serves Istio's and the Gateway API's kinds.
+    async fn routed(
+        test: &str,
+        replicas: i32,
+        image: &str,
+        strategy: Value,
+        status: Value,
+    ) -> Self {
+        let root = support::workspace_root();
+        let sim = Sim::start_with(
+            "rollouts-argo-takeover",
+            test,
+            SimOptions {
+                crd_dirs: vec![root.join("crds/yaml"), root.join("e2e/crds")],
+                pod_ready_after: Duration::from_millis(200),
+                ..SimOptions::default()
+            },
+        );
+        Self::on(sim, replicas, image, strategy, status).await
+    }
+
+    async fn on(sim: Sim, replicas: i32, image: &str, strategy: Value, status: Value) -> Self {
         let rollout: Rollout = serde_json::from_value(json!({
             "apiVersion": "argoproj.io/v1alpha1",
             "kind": "Rollout",
@@ -688,4 +714,136 @@ async fn a_blue_green_argo_left_in_its_scale_down_delay_scales_down_at_argos_dea
         Timestamp::now().as_second() >= deadline_second,
         "scaled down before Argo's scale-down-deadline {deadline}"
     );
+}
+
+fn istio(kind: &str, plural: &str) -> ApiResource {
+    let gvk = GroupVersionKind::gvk("networking.istio.io", "v1alpha3", kind);
+    ApiResource::from_gvk_with_plural(&gvk, plural)
+}
+
+/// Argo's VirtualService route `primary` at `canary` percent, between DestinationRule subsets.
+fn primary_route(canary: i64) -> Value {
+    json!({"name": "primary", "route": [
+        {"destination": {"host": "web", "subset": "stable"}, "weight": 100 - canary},
+        {"destination": {"host": "web", "subset": "canary"}, "weight": canary}
+    ]})
+}
+
+/// A canary routed by Istio subsets that Argo paused at `pause: {}` after `setWeight: 25`:
+/// the VirtualService at 75/25 and the DestinationRule's subsets labelled with Argo's hashes,
+/// `web-6c9f7d8b4` at 1 pod beside `web-5d7c8f9b6` at all 4.
+#[tokio::test]
+async fn an_istio_canary_argo_paused_keeps_argos_hashes_in_the_destination_rule() {
+    let paused_at = seconds_ago(60);
+    let at = seconds_ago(600);
+    let strategy = json!({"canary": {
+        "stableService": "web-stable", "canaryService": "web-canary",
+        "scaleDownDelaySeconds": 2,
+        "trafficRouting": {"istio": {
+            "virtualService": {"name": "web", "routes": ["primary"]},
+            "destinationRule": {"name": "web", "canarySubsetName": "canary", "stableSubsetName": "stable"}
+        }},
+        "steps": [{"setWeight": 25}, {"pause": {}}]
+    }});
+    let status = json!({
+        "HPAReplicas": 5, "replicas": 5, "updatedReplicas": 1, "readyReplicas": 5,
+        "availableReplicas": 5,
+        "blueGreen": {},
+        "canary": {"weights": {
+            "canary": {"weight": 25, "podTemplateHash": CANARY, "serviceName": "web-canary"},
+            "stable": {"weight": 75, "podTemplateHash": STABLE, "serviceName": "web-stable"}
+        }},
+        "conditions": [
+            condition("Available", "True", "AvailableReason", "Rollout has minimum availability", &at),
+            condition("Progressing", "Unknown", "RolloutPaused", "Rollout is paused", &paused_at),
+            condition("Paused", "True", "RolloutPaused", "Rollout is paused", &paused_at),
+            condition("Completed", "False", "RolloutCompleted", "RolloutCompleted", &paused_at),
+            condition("Healthy", "False", "RolloutHealthy", "Rollout is not healthy", &paused_at),
+        ],
+        "currentPodHash": CANARY, "stableRS": STABLE,
+        "currentStepHash": PAUSE_STEPS_HASH, "currentStepIndex": 1,
+        "pauseConditions": [{"reason": "CanaryPauseStep", "startTime": paused_at}],
+        "controllerPause": true,
+        "observedGeneration": "1", "phase": "Paused", "message": "CanaryPauseStep",
+        "selector": "app=web"
+    });
+    let argo = Takeover::routed("istio", 4, V2, strategy, status).await;
+    argo.replica_set(STABLE, V1, 4, "1", json!({})).await;
+    argo.replica_set(CANARY, V2, 1, "2", json!({})).await;
+    argo.service("web-stable", STABLE).await;
+    argo.service("web-canary", CANARY).await;
+    let virtual_services: Api<DynamicObject> = Api::namespaced_with(
+        argo.sim.client.clone(),
+        NAMESPACE,
+        &istio("VirtualService", "virtualservices"),
+    );
+    let destination_rules: Api<DynamicObject> = Api::namespaced_with(
+        argo.sim.client.clone(),
+        NAMESPACE,
+        &istio("DestinationRule", "destinationrules"),
+    );
+    let vs: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "networking.istio.io/v1alpha3", "kind": "VirtualService",
+        "metadata": {"name": "web", "namespace": NAMESPACE},
+        "spec": {"hosts": ["web"], "http": [primary_route(25)]}
+    }))
+    .expect("a VirtualService");
+    virtual_services
+        .create(&PostParams::default(), &vs)
+        .await
+        .expect("creates the VirtualService");
+    let subset = |name: &str, hash: &str| json!({"name": name, "labels": {"app": "web", "rollouts-pod-template-hash": hash}});
+    let rule: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "networking.istio.io/v1alpha3", "kind": "DestinationRule",
+        "metadata": {
+            "name": "web", "namespace": NAMESPACE,
+            "annotations": {"argo-rollouts.argoproj.io/managed-by-rollouts": "web"}
+        },
+        "spec": {"host": "web", "subsets": [subset("canary", CANARY), subset("stable", STABLE)]}
+    }))
+    .expect("a DestinationRule");
+    destination_rules
+        .create(&PostParams::default(), &rule)
+        .await
+        .expect("creates the DestinationRule");
+    argo.wait_running(&[(STABLE, 4), (CANARY, 1)]).await;
+
+    let controller = argo.start_controller();
+    argo.settled(&controller).await;
+    argo.assert_nothing_moved();
+    let status = argo.sim.status("web").await;
+    assert_eq!(status.current_step_index, Some(1));
+    assert_eq!(status.current_pod_hash, CANARY);
+
+    argo.promote().await;
+    let done = argo.sim.wait_healthy(DEADLINE, "web", 4).await;
+    assert_eq!(done.stable_rs, CANARY);
+    let rule = destination_rules
+        .get("web")
+        .await
+        .expect("reads the DestinationRule");
+    let hashes: Vec<Value> = rule.data["spec"]["subsets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|subset| subset["labels"]["rollouts-pod-template-hash"].clone())
+        .collect();
+    assert_eq!(hashes, vec![json!(CANARY), json!(CANARY)]);
+    let vs = virtual_services
+        .get("web")
+        .await
+        .expect("reads the VirtualService");
+    assert_eq!(vs.data["spec"]["http"][0], primary_route(0));
+    eventually(
+        DEADLINE,
+        "Argo's stable scaled down after the delay",
+        || async {
+            let expected = BTreeMap::from([
+                (format!("web-{STABLE}"), (0, 0)),
+                (format!("web-{CANARY}"), (4, 4)),
+            ]);
+            (argo.replica_sets().await == expected).then_some(())
+        },
+    )
+    .await;
 }
