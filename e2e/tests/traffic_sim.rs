@@ -534,18 +534,11 @@ fn latency_buckets(sim: &SimHandle, hash: &str) -> BTreeMap<String, u64> {
     buckets
 }
 
-#[test]
-fn noisy_traffic_draws_errors_and_log_normal_latencies_from_its_seed() {
-    let sim = sim_with(SimOptions {
-        load_rps: 2000.0,
-        traffic_noise: Some(TrafficNoise {
-            seed: 7,
-            ..TrafficNoise::default()
-        }),
-        ..SimOptions::default()
-    });
+/// A release erring 10% with latencies around 100 ms (sigma 0.5) behind one Service with
+/// `annotations`; checks the errors and latencies were drawn, not counted.
+fn assert_noisy(sim: &SimHandle, annotations: Value) {
     version(
-        &sim,
+        sim,
         "default",
         "noisy",
         2,
@@ -556,8 +549,8 @@ fn noisy_traffic_draws_errors_and_log_normal_latencies_from_its_seed() {
         ]),
     );
     let selector = json!({"app": "web", "rollouts-pod-template-hash": "noisy"});
-    service(&sim, "default", "web", selector, json!({}));
-    let window = measure(&sim, "default", &[("noisy", 2)]);
+    service(sim, "default", "web", selector, annotations);
+    let window = measure(sim, "default", &[("noisy", 2)]);
     let share = window.errors_of_hash("noisy") as f64 / window.of_hash("noisy") as f64;
     // 10% of about 1,000 requests: a standard deviation of 1%, pods' factors add about as much.
     assert!(
@@ -565,12 +558,34 @@ fn noisy_traffic_draws_errors_and_log_normal_latencies_from_its_seed() {
         "error share {share}: {window:?}"
     );
     // ln(latency) ~ N(ln 0.1, 0.5): about 8% under 50 ms, half under 100 ms, 97% under 250 ms.
-    let buckets = latency_buckets(&sim, "noisy");
+    let buckets = latency_buckets(sim, "noisy");
     let total = buckets["+Inf"] as f64;
     let under = |le: &str| buckets[le] as f64 / total;
     assert!(under("0.05") > 0.02 && under("0.05") < 0.2, "{buckets:?}");
     assert!(under("0.1") > 0.35 && under("0.1") < 0.65, "{buckets:?}");
     assert!(under("0.25") > 0.9 && under("0.25") < 1.0, "{buckets:?}");
+}
+
+#[test]
+fn noisy_traffic_draws_errors_and_log_normal_latencies_from_its_seed() {
+    let sim = sim_with(SimOptions {
+        load_rps: 2000.0,
+        traffic_noise: Some(TrafficNoise {
+            seed: 7,
+            ..TrafficNoise::default()
+        }),
+        ..SimOptions::default()
+    });
+    assert_noisy(&sim, json!({}));
+}
+
+#[test]
+fn a_service_annotation_asks_for_noisy_traffic_on_its_front() {
+    let sim = traffic_sim();
+    assert_noisy(
+        &sim,
+        json!({"sim.rollouts.dev/rps": "2000", "sim.rollouts.dev/traffic-seed": "3"}),
+    );
 }
 
 #[test]

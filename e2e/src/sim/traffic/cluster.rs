@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use super::{
     HEADER_ANNOTATION, HEADER_SHARE_ANNOTATION, RPS_ANNOTATION, SIM_ERROR_RATE, SIM_LATENCY_MS,
     SIM_LATENCY_SPREAD, SIM_SLOW_FACTOR, SIM_SLOW_SHARE, SIM_WARMUP_ERROR_RATE, SIM_WARMUP_SECONDS,
+    TRAFFIC_SEED_ANNOTATION,
 };
 use crate::sim::meta::{meta_str, parse_rfc3339};
 use crate::sim::registry::ResourceKey;
@@ -111,6 +112,8 @@ pub struct ServiceLoad {
     pub header: Option<(String, String)>,
     /// `sim.rollouts.dev/header-share`: the share of requests carrying the header.
     pub header_share: f64,
+    /// `sim.rollouts.dev/traffic-seed`: noisy traffic from this seed.
+    pub noise_seed: Option<u64>,
 }
 
 /// What changed with one event, so the caller knows what to recompute.
@@ -446,6 +449,17 @@ fn service_of(obj: &Value, key: &ObjectKey) -> Service {
                 1.0
             }
         });
+    let noise_seed = annotation(TRAFFIC_SEED_ANNOTATION).and_then(|v| match v.parse::<u64>() {
+        Ok(seed) => Some(seed),
+        _ => {
+            warn(
+                TRAFFIC_SEED_ANNOTATION,
+                v,
+                "give a non-negative whole number, e.g. \"7\"",
+            );
+            None
+        }
+    });
     Service {
         selector: obj["spec"]["selector"]
             .as_object()
@@ -455,6 +469,7 @@ fn service_of(obj: &Value, key: &ObjectKey) -> Service {
             rps,
             header,
             header_share,
+            noise_seed,
         },
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use super::cluster::Cluster;
 use super::metrics::Metrics;
-use super::noise::Noise;
+use super::noise::{Noise, TrafficNoise};
 use super::routes::{Destination, Front};
 use crate::sim::store::ObjectKey;
 
@@ -77,6 +77,8 @@ struct FrontState {
     /// Per route: its destination picker and its mirror share.
     pickers: HashMap<usize, Smooth>,
     mirrors: HashMap<usize, Share>,
+    /// This front's draws when its Services ask for noise and the simulator does not.
+    noise: Option<Noise>,
 }
 
 /// The load generator's state across ticks.
@@ -100,7 +102,8 @@ impl Generator {
 
     /// Forgets what it drew for pods that are gone.
     pub fn retain_pods(&mut self, cluster: &Cluster) {
-        if let Some(noise) = &mut self.noise {
+        let fronts = self.state.values_mut().filter_map(|s| s.noise.as_mut());
+        for noise in self.noise.iter_mut().chain(fronts) {
             noise.retain_pods(|key| cluster.pods.contains_key(key));
         }
     }
@@ -134,7 +137,29 @@ impl Generator {
                 state.carry = 0.0;
                 continue;
             }
-            let count = match &mut self.noise {
+            // The simulator's noise wins; otherwise a front's Services may ask for their own.
+            if self.noise.is_none() {
+                match load.noise_seed {
+                    Some(seed) if state.noise.as_ref().is_none_or(|n| n.seed() != seed) => {
+                        state.noise = Some(Noise::new(TrafficNoise {
+                            seed,
+                            ..TrafficNoise::default()
+                        }));
+                    }
+                    Some(_) => {}
+                    None => state.noise = None,
+                }
+            }
+            let mut noise = match &mut self.noise {
+                Some(noise) => Some(noise),
+                None => {
+                    if let Some(noise) = state.noise.as_mut() {
+                        noise.advance(elapsed);
+                    }
+                    state.noise.as_mut()
+                }
+            };
+            let count = match noise.as_deref_mut() {
                 Some(noise) => noise.arrivals(rps, seconds),
                 None => {
                     let owed = state.carry + rps * seconds;
@@ -163,7 +188,7 @@ impl Generator {
                         metrics,
                         &mut self.cursors,
                         &mut ready,
-                        self.noise.as_mut(),
+                        noise.as_deref_mut(),
                         destination,
                     );
                 }
@@ -179,7 +204,7 @@ impl Generator {
                         metrics,
                         &mut self.cursors,
                         &mut ready,
-                        self.noise.as_mut(),
+                        noise.as_deref_mut(),
                         mirror,
                     );
                 }

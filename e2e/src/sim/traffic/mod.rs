@@ -40,6 +40,9 @@ pub use noise::TrafficNoise;
 pub const RPS_ANNOTATION: &str = "sim.rollouts.dev/rps";
 /// Service annotation `"Name: value"`: a header some generated requests carry.
 pub const HEADER_ANNOTATION: &str = "sim.rollouts.dev/header";
+/// Service annotation: noisy traffic (default settings) drawn from this seed for the fronts
+/// the Service is part of, when the simulator itself counts.
+pub const TRAFFIC_SEED_ANNOTATION: &str = "sim.rollouts.dev/traffic-seed";
 /// Service annotation: the share (0..1) of requests carrying the header; 1 when absent.
 pub const HEADER_SHARE_ANNOTATION: &str = "sim.rollouts.dev/header-share";
 /// First-container env var: share (0..1) of requests a pod answers 500.

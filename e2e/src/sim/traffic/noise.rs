@@ -1,4 +1,5 @@
-//! Noisy traffic, opt-in (`--traffic-seed`, `SimOptions::traffic_noise`): requests arrive as a
+//! Noisy traffic, opt-in (`--traffic-seed`, `SimOptions::traffic_noise`, or for one front the
+//! Service annotation `sim.rollouts.dev/traffic-seed`): requests arrive as a
 //! Poisson process whose rate swings over time, each request errs with its pod's error
 //! probability, and latencies are drawn from a log-normal per release with an optional slow
 //! tail; each pod's error rate and latency are scaled by its own log-normal factor. Every draw
@@ -86,6 +87,11 @@ impl Noise {
             elapsed: Duration::ZERO,
             pod_factors: HashMap::new(),
         }
+    }
+
+    /// The seed it draws from.
+    pub fn seed(&self) -> u64 {
+        self.settings.seed
     }
 
     /// Moves the clock of the load's swing on by `elapsed`.

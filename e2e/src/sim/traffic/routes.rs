@@ -182,14 +182,19 @@ impl Front {
             .iter()
             .filter_map(|key| cluster.services.get(key).map(|s| &s.load))
             .collect();
+        let noise_seed = loads.iter().find_map(|l| l.noise_seed);
         if let Some(load) = loads.iter().find(|l| l.rps.is_some()) {
-            return (*load).clone();
+            return ServiceLoad {
+                noise_seed,
+                ..(*load).clone()
+            };
         }
         let header = loads.iter().find(|l| l.header.is_some());
         ServiceLoad {
             rps: Some(default_rps),
             header: header.and_then(|l| l.header.clone()),
             header_share: header.map_or(0.0, |l| l.header_share),
+            noise_seed,
         }
     }
 }
