@@ -524,20 +524,19 @@ mod tests {
         assert_eq!(cached_digest(&rs), Some(&digest));
     }
 
-    /// A canary Argo left paused at its indefinite pause: its canary `web-6c9f7d8b4` (the
-    /// Rollout's template) at 1 of 4 pods, its stable `web-5d7c8f9b6` (an older template) at 3.
-    fn paused_by_argo(step_hash: &str, observed_generation: &str) -> (Rollout, Observed) {
-        let steps = vec![CanaryStep::weight(25), CanaryStep::pause_indefinitely()];
-        let status: RolloutStatus = serde_json::from_value(json!({
+    /// A canary Argo left at `status` (merged over Argo's hashes and generation 1): its canary
+    /// `web-6c9f7d8b4` (the Rollout's template, revision 2) at 1 of 4 pods, its stable
+    /// `web-5d7c8f9b6` (an older template) at 3.
+    fn left_by_argo(steps: Vec<CanaryStep>, status: Value) -> (Rollout, Observed) {
+        let mut full = json!({
             "currentPodHash": "6c9f7d8b4",
             "stableRS": "5d7c8f9b6",
-            "currentStepIndex": 1,
-            "currentStepHash": step_hash,
-            "pauseConditions": [{"reason": "CanaryPauseStep", "startTime": "2027-01-15T08:00:00Z"}],
-            "controllerPause": true,
-            "observedGeneration": observed_generation,
-        }))
-        .expect("a status");
+            "observedGeneration": "1",
+        });
+        for (key, value) in status.as_object().into_iter().flatten() {
+            full[key] = value.clone();
+        }
+        let status: RolloutStatus = serde_json::from_value(full).expect("a status");
         let rollout = Rollout::test_canary("web", steps)
             .with_replicas(4)
             .with_status(status);
@@ -545,6 +544,9 @@ mod tests {
         let mut canary = observed_rs("web-6c9f7d8b4", "6c9f7d8b4", 200);
         (canary.replicas, canary.current_replicas) = (1, 1);
         (canary.ready_replicas, canary.available_replicas) = (1, 1);
+        canary
+            .annotations
+            .insert(crate::planner::REVISION_ANNOTATION.into(), "2".into());
         let observed = Observed {
             replica_sets: vec![observed_rs("web-5d7c8f9b6", "5d7c8f9b6", 100), canary],
             template_digests: [
@@ -558,6 +560,21 @@ mod tests {
             ..Observed::default()
         };
         (rollout, observed)
+    }
+
+    /// A canary Argo left paused at its indefinite pause after `setWeight: 25`.
+    fn paused_by_argo(step_hash: &str, observed_generation: &str) -> (Rollout, Observed) {
+        let steps = vec![CanaryStep::weight(25), CanaryStep::pause_indefinitely()];
+        left_by_argo(
+            steps,
+            json!({
+                "currentStepIndex": 1,
+                "currentStepHash": step_hash,
+                "pauseConditions": [{"reason": "CanaryPauseStep", "startTime": "2027-01-15T08:00:00Z"}],
+                "controllerPause": true,
+                "observedGeneration": observed_generation,
+            }),
+        )
     }
 
     fn argo_hash_of(rollout: &Rollout) -> String {
@@ -598,5 +615,56 @@ mod tests {
         assert_eq!(plan.status.current_pod_hash, "6c9f7d8b4");
         let previous = rollout.status.as_ref().expect("a status");
         assert_ne!(plan.status.pause_conditions, previous.pause_conditions);
+    }
+
+    #[test]
+    fn an_analysis_step_after_the_takeover_analyses_argos_revision() {
+        let steps = vec![CanaryStep::weight(25), CanaryStep::analysis("success-rate")];
+        let steps_hash = argo_steps_hash(Some(&steps));
+        let (rollout, observed) = left_by_argo(
+            steps,
+            json!({"currentStepIndex": 1, "currentStepHash": steps_hash}),
+        );
+        let plan = plan_once(&rollout, &observed, at(10));
+        assert_eq!(plan.create_replica_set, None);
+        let [run] = plan.create_analysis_runs.as_slice() else {
+            panic!("one run for the step: {:?}", plan.create_analysis_runs);
+        };
+        assert_eq!(run.pod_template_hash, "6c9f7d8b4");
+        assert_eq!(run.stable_pod_template_hash, "5d7c8f9b6");
+        assert_eq!(run.revision.as_deref(), Some("2"));
+        assert!(run.name.starts_with("web-6c9f7d8b4-"), "{}", run.name);
+    }
+
+    #[test]
+    fn a_canary_argo_aborted_stays_aborted() {
+        let steps = vec![CanaryStep::weight(25), CanaryStep::pause_indefinitely()];
+        let steps_hash = argo_steps_hash(Some(&steps));
+        let (rollout, mut observed) = left_by_argo(
+            steps,
+            json!({
+                "currentStepIndex": 0,
+                "currentStepHash": steps_hash,
+                "abort": true,
+                "abortedAt": "2027-01-15T08:00:00Z",
+                "pauseConditions": [],
+            }),
+        );
+        // Argo scaled the canary to nothing and the stable back to all 4 pods.
+        for rs in &mut observed.replica_sets {
+            let pods = if rs.pod_template_hash == "6c9f7d8b4" {
+                0
+            } else {
+                4
+            };
+            (rs.replicas, rs.current_replicas) = (pods, pods);
+            (rs.ready_replicas, rs.available_replicas) = (pods, pods);
+        }
+        let plan = plan_once(&rollout, &observed, at(10));
+        assert_eq!(plan.create_replica_set, None);
+        assert!(plan.scale_replica_sets.is_empty(), "{plan:?}");
+        assert!(plan.status.abort);
+        assert_eq!(plan.status.current_pod_hash, "6c9f7d8b4");
+        assert_eq!(plan.status.current_step_index, Some(0));
     }
 }
