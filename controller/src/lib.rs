@@ -9,6 +9,7 @@ pub mod cli;
 pub mod context;
 pub mod decode;
 pub mod error;
+pub mod events;
 pub mod health;
 pub mod leader;
 pub mod metrics;

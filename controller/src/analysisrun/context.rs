@@ -1,4 +1,4 @@
-//! What every AnalysisRun reconcile shares: the client, the event recorder, the providers and
+//! What every AnalysisRun reconcile shares: the client, the event reporter, the providers and
 //! the per-run bookkeeping of failures and status writes (dropped when the run finishes or is
 //! gone, see [`AnalysisContext::forget`]).
 
@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use rollouts_analysis::provider::{HttpClientError, JobProvider, PrometheusProvider, WebProvider};
 use tokio::sync::Semaphore;
 
@@ -32,7 +32,8 @@ pub enum SetupError {
 /// Shared by every AnalysisRun reconcile: the client, events, providers and bookkeeping.
 pub struct AnalysisContext {
     pub(super) client: Client,
-    pub(super) recorder: Recorder,
+    /// Who the events this controller writes say reported them.
+    pub(super) reporter: Reporter,
     pub(super) metrics: AnalysisRunMetrics,
     default_prometheus_address: Option<String>,
     /// The provider every per-address one is cloned from: clones share its HTTP clients and
@@ -70,7 +71,7 @@ impl AnalysisContext {
             instance: std::env::var("POD_NAME").ok(),
         };
         Ok(Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            reporter,
             job: JobProvider::new(client.clone()),
             client,
             metrics,

@@ -2,7 +2,6 @@
 //! and recording the engine's events on the run.
 
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use rollouts_analysis::engine;
 use rollouts_crds::analysis::{AnalysisRun, AnalysisRunStatus};
@@ -11,6 +10,7 @@ use serde_json::Value;
 use super::context::{AnalysisContext, lock};
 use super::reconcile::object_key;
 use super::{Error, Result};
+use crate::events;
 use crate::status_patch::merge_diff;
 
 /// What became of a status write.
@@ -79,25 +79,21 @@ pub fn status_patch(
     Ok(change.map(|status| serde_json::json!({ "status": status })))
 }
 
-/// Records one of the engine's events on the run; a failure is logged, since status already
-/// says what happened.
+/// Records one of the engine's events on the run, after the status write it follows; a
+/// failure is logged, since status already says what happened. Sent once
+/// ([`crate::events`]), named by the run's uid, the resourceVersion the status was written
+/// over (a write on that condition succeeds once) and the event: a passing refusal is tried
+/// again without making a second one. A kill between the status write and the event loses it.
 pub(super) async fn publish(run: &AnalysisRun, event: &engine::RunEvent, ctx: &AnalysisContext) {
-    let kube_event = Event {
-        type_: if event.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: event.reason.clone(),
-        note: Some(event.message.clone()),
-        action: "Analyze".to_string(),
-        secondary: None,
+    let once = events::Once {
+        regarding: run.object_ref(&()),
+        decided_at: run.meta().resource_version.as_deref().unwrap_or_default(),
+        warning: event.warning,
+        reason: &event.reason,
+        note: &event.message,
+        action: "Analyze",
     };
-    if let Err(error) = ctx
-        .recorder
-        .publish(&kube_event, &run.object_ref(&()))
-        .await
-    {
+    if let Err(error) = events::send(&ctx.client, &ctx.reporter, &once).await {
         tracing::warn!(%error, reason = %event.reason, "AnalysisRun event not published");
     }
 }
