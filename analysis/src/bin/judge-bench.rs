@@ -60,7 +60,11 @@ struct Scenario {
 #[derive(Clone, Copy)]
 enum Method {
     /// `rate(..[range])` error ratio (or p99 over [range]) sampled every `step`, by ranks.
-    Continuous { range: usize, step: usize },
+    Continuous {
+        range: usize,
+        step: usize,
+        allowed_increase: f64,
+    },
     /// Error counts over the window; `allowed_increase` gates the rate ratio.
     Ratio { allowed_increase: f64 },
     /// Argo's usual template: the canary's error rate over the window below `limit`.
@@ -72,7 +76,12 @@ enum Method {
 impl Method {
     fn label(self) -> String {
         match self {
-            Method::Continuous { range, step } => format!("ranks [{range}s]@{step}s"),
+            Method::Continuous {
+                range,
+                step,
+                allowed_increase,
+            } if allowed_increase > 1.0 => format!("ranks [{range}s]@{step}s x{allowed_increase}"),
+            Method::Continuous { range, step, .. } => format!("ranks [{range}s]@{step}s"),
             Method::Ratio { allowed_increase } if allowed_increase > 1.0 => {
                 format!("ratio x{allowed_increase}")
             }
@@ -128,15 +137,15 @@ fn main() {
         latency("p99 +20%", 1.2, 0.1),
         latency("p99 +50%", 1.5, 0.1),
     ];
+    let ranks = |range, step, allowed_increase| Method::Continuous {
+        range,
+        step,
+        allowed_increase,
+    };
     let error_methods = [
-        Method::Continuous {
-            range: 60,
-            step: 15,
-        },
-        Method::Continuous {
-            range: 15,
-            step: 15,
-        },
+        ranks(60, 15, 1.0),
+        ranks(15, 15, 1.0),
+        ranks(15, 15, 1.2),
         Method::Ratio {
             allowed_increase: 1.0,
         },
@@ -146,18 +155,10 @@ fn main() {
         Method::ErrorThreshold { limit: 0.05 },
     ];
     let latency_methods = [
-        Method::Continuous {
-            range: 60,
-            step: 15,
-        },
-        Method::Continuous {
-            range: 15,
-            step: 15,
-        },
-        Method::Continuous {
-            range: 60,
-            step: 60,
-        },
+        ranks(60, 15, 1.0),
+        ranks(15, 15, 1.0),
+        ranks(60, 60, 1.0),
+        ranks(15, 15, 1.1),
         Method::LatencyThreshold { limit: 0.25 },
     ];
     println!(
@@ -176,7 +177,7 @@ fn main() {
 fn table(rows: &[Scenario], methods: &[Method], trials: usize, seed: u64) {
     let mut header = format!("{:<28}", "");
     for method in methods {
-        header.push_str(&format!("{:>18}", method.label()));
+        header.push_str(&format!("{:>22}", method.label()));
     }
     println!("{header}");
     for (row, scenario) in rows.iter().enumerate() {
@@ -205,7 +206,7 @@ fn table(rows: &[Scenario], methods: &[Method], trials: usize, seed: u64) {
             let minute = first
                 .get(first.len() / 2)
                 .map_or_else(|| "-".to_owned(), |f| format!("{f}m"));
-            line.push_str(&format!("{:>18}", format!("{share:.1}% / {minute}")));
+            line.push_str(&format!("{:>22}", format!("{share:.1}% / {minute}")));
         }
         println!("{line}");
     }
@@ -219,9 +220,17 @@ fn measure(method: Method, canary: &Side, stable: &Side, now: usize) -> Verdict 
         ..JudgeConfig::default()
     };
     match method {
-        Method::Continuous { range, step } => {
+        Method::Continuous {
+            range,
+            step,
+            allowed_increase,
+        } => {
             let latency = !canary.buckets.is_empty();
             let samples = |side: &Side| sampled(side, start, now, range, step, latency);
+            let cfg = JudgeConfig {
+                allowed_increase,
+                ..cfg
+            };
             match judge(&samples(canary), &samples(stable), &cfg) {
                 Ok(outcome) => outcome.verdict,
                 Err(_) => Verdict::Pass,
