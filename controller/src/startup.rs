@@ -102,6 +102,9 @@ const ANALYSIS_RUN_CONTROLLER: &str = "AnalysisRun controller";
 const LEASE_HOLDER: &str = "leader lease holder";
 const HEALTH_SERVER: &str = "health server";
 const METRICS_SERVER: &str = "metrics server";
+/// Down (so `/readyz` fails, while `/healthz` answers) until the start-up check has listed
+/// Rollouts.
+const STARTUP_CHECK: &str = "start-up check";
 
 /// Lists one Rollout. A 404 means the CRD is not installed and a 401 or 403 that the
 /// controller may not list Rollouts: no retry fixes those. Transient failures (5xx, 429,
@@ -109,7 +112,11 @@ const METRICS_SERVER: &str = "metrics server";
 /// as it takes.
 /// Give it an `Api<Decoded<Rollout>>`: a first Rollout that does not decode must not stop the
 /// controller from starting.
-pub async fn check_crd_installed<K>(api: &Api<K>, scope: &str) -> Result<()>
+pub async fn check_crd_installed<K>(
+    api: &Api<K>,
+    scope: &str,
+    diagnostics: &Diagnostics,
+) -> Result<()>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -130,6 +137,10 @@ where
             Err(_) => format!("no answer within {STARTUP_REQUEST_TIMEOUT:?}"),
         };
         let retry_in = startup_backoff(attempt);
+        diagnostics.task_down(
+            STARTUP_CHECK,
+            &format!("cannot list Rollouts {scope} yet (attempt {attempt}): {transient}"),
+        );
         tracing::warn!(
             attempt,
             error = %transient,
@@ -194,24 +205,21 @@ pub async fn run(flags: Flags) -> Result<()> {
         Some(namespace) => format!("in namespace {namespace}"),
         None => "in all namespaces".to_string(),
     };
-    let rollouts: Api<Decoded<Rollout>> = scoped_api(&client, namespace);
-    check_crd_installed(&rollouts, &scope).await?;
-
     let selector = flags.rollout_label_selector();
-    tracing::info!(scope = %scope, %selector, "watching Rollouts");
     let caches = Arc::new(OwnedCaches::new());
     let claims = Arc::new(Claims::default());
     let rollout_controller = rollout_controller(&client, namespace, &selector, &caches, &claims)
         .with_config(controller::Config::default().concurrency(flags.concurrency));
-    let rollout_controller =
-        watch_router_objects(rollout_controller, &client, namespace, &claims).await;
-
     let metrics = Arc::new(Metrics::new(rollout_controller.store()));
     let diagnostics = Arc::new(Diagnostics::new(if flags.leader_elect {
         Leadership::Follower
     } else {
         Leadership::Disabled
     }));
+    // Served from the start: while the start-up check retries a passing API failure, /healthz
+    // answers (a liveness probe does not restart the pod for the API server's trouble) and
+    // /readyz says what it waits for.
+    diagnostics.task_down(STARTUP_CHECK, &format!("listing Rollouts {scope}"));
     serve_endpoints(
         &flags,
         Endpoints {
@@ -220,6 +228,13 @@ pub async fn run(flags: Flags) -> Result<()> {
         },
     )
     .await?;
+
+    let rollouts: Api<Decoded<Rollout>> = scoped_api(&client, namespace);
+    check_crd_installed(&rollouts, &scope, &diagnostics).await?;
+    diagnostics.task_stopped(STARTUP_CHECK);
+    tracing::info!(scope = %scope, %selector, "watching Rollouts");
+    let rollout_controller =
+        watch_router_objects(rollout_controller, &client, namespace, &claims).await;
 
     let shutdown = shutdown_on_signal();
     let election = if flags.leader_elect {

@@ -1,7 +1,7 @@
 //! The real binary against kube-sim when the API server misbehaves: a leader whose Lease
 //! renewals hang stops acting before its lease can expire, and its standby takes over only
-//! after that; start-up retries through server errors until the controller is Ready and rolls
-//! out.
+//! after that; start-up retries through server errors (alive for /healthz, not Ready,
+//! meanwhile) until the controller is Ready and rolls out.
 //!
 //! Timing is never asserted: the lease test compares the order of events on one clock (the
 //! last write of the leader the test saw, which is no earlier than the write itself, against
@@ -307,12 +307,28 @@ async fn startup_retries_through_server_errors_until_ready() {
         retries[0]
     );
 
+    // Meanwhile it is alive for a liveness probe, and not Ready, saying why.
+    let health = controller.health_addr().await;
+    assert!(
+        http_get(health, "/healthz")
+            .await
+            .starts_with("HTTP/1.1 200"),
+        "/healthz answers while the start-up check retries"
+    );
+    let readyz = http_get(health, "/readyz").await;
+    assert!(
+        readyz.starts_with("HTTP/1.1 503")
+            && readyz
+                .contains("the start-up check is down: cannot list Rollouts in all namespaces yet")
+            && readyz.contains("injected fault"),
+        "/readyz while the start-up check retries: {readyz}"
+    );
+
     // Then one request in twenty fails, as on a struggling API server.
     cluster.sim.set_faults(Faults {
         error_rate: 0.05,
         ..Faults::default()
     });
-    let health = controller.health_addr().await;
     eventually(DEADLINE, "/readyz 200", || async {
         http_get(health, "/readyz")
             .await
