@@ -9,7 +9,7 @@ mod support;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -35,6 +35,7 @@ struct Received {
     /// The status it was answered with.
     answered: u16,
     at: Instant,
+    wall: SystemTime,
 }
 
 impl Received {
@@ -141,6 +142,7 @@ async fn serve(
         body: String::from_utf8_lossy(&body).into_owned(),
         answered,
         at: Instant::now(),
+        wall: SystemTime::now(),
     });
     let response = format!(
         "HTTP/1.1 {answered} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
@@ -148,6 +150,42 @@ async fn serve(
     );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// A receiver that takes each request and never answers, keeping the connection open.
+struct Hanging {
+    url: String,
+    held: Arc<Mutex<Vec<TcpStream>>>,
+    server: JoinHandle<()>,
+}
+
+impl Hanging {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds loopback");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let keep = held.clone();
+        let server = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                if support::read_request_head(&mut stream).await.is_some() {
+                    keep.lock().expect("held").push(stream);
+                }
+            }
+        });
+        Self { url, held, server }
+    }
+
+    fn requests(&self) -> usize {
+        self.held.lock().expect("held").len()
+    }
+}
+
+impl Drop for Hanging {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
 }
 
 type Cluster = Sim;
@@ -214,7 +252,8 @@ impl Cluster {
             .unwrap_or_default()
     }
 
-    async fn warnings(&self, name: &str, reason: &str) -> Vec<Event> {
+    /// The events recorded on Rollout `name` with `reason`.
+    async fn warnings_or_events(&self, name: &str, reason: &str) -> Vec<Event> {
         Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
             .list(&ListParams::default())
             .await
@@ -414,7 +453,7 @@ async fn slack_gets_each_step_per_channel_and_a_failing_webhook_becomes_a_warnin
     .await;
     let warning = eventually(DEADLINE, "a NotificationFailed warning", || async {
         cluster
-            .warnings("cart", "NotificationFailed")
+            .warnings_or_events("cart", "NotificationFailed")
             .await
             .into_iter()
             .next()
@@ -437,4 +476,89 @@ async fn slack_gets_each_step_per_channel_and_a_failing_webhook_becomes_a_warnin
         cluster.notified("cart").await.len() == 2,
         "only the Slack sends are recorded"
     );
+}
+
+#[tokio::test]
+async fn every_step_reaches_its_webhook_once_in_order_while_a_hanging_receiver_holds_up_nothing() {
+    const STEPS: usize = 8;
+    let cluster = Cluster::start("steps");
+    let receiver = Receiver::start(&[], 200, "{}").await;
+    let hanging = Hanging::start().await;
+    cluster
+        .configure(
+            json!({
+                "service.webhook.steps": format!("url: {}\n", receiver.url),
+                "service.webhook.stuck": format!("url: {}\n", hanging.url),
+                "template.rollout-step-completed": "message: step\nwebhook:\n  steps:\n    method: POST\n    body: '{{ add .rollout.status.currentStepIndex 1}}'\n  stuck:\n    method: POST\n    body: '{{ add .rollout.status.currentStepIndex 1}}'\n",
+            }),
+            json!({}),
+        )
+        .await;
+    let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    let steps: Vec<Value> = (1..=STEPS).map(|i| json!({"setWeight": i * 10})).collect();
+    let mut rollout = canary_rollout("steps", 4, "app:v1", Value::Array(steps));
+    rollout.metadata.annotations = Some(
+        [
+            "notifications.argoproj.io/subscribe.on-rollout-step-completed.steps",
+            "notifications.argoproj.io/subscribe.on-rollout-step-completed.stuck",
+        ]
+        .into_iter()
+        .map(|key| (key.to_string(), String::new()))
+        .collect(),
+    );
+    cluster.create_rollout(rollout).await;
+    let v1 = cluster
+        .wait_healthy(DEADLINE, "steps", 4)
+        .await
+        .current_pod_hash;
+    cluster.set_image("steps", "app:v2").await;
+    eventually(DEADLINE, "the v2 revision", || async {
+        (cluster.status("steps").await.current_pod_hash != v1).then_some(())
+    })
+    .await;
+    let v2 = cluster
+        .wait_healthy(DEADLINE, "steps", 4)
+        .await
+        .current_pod_hash;
+    assert_ne!(v1, v2);
+    assert_eq!(
+        hanging.requests(),
+        1,
+        "the release finished while the hanging receiver still held its first request"
+    );
+
+    let received = eventually(DEADLINE, "every step at the webhook", || async {
+        let received = receiver.accepted();
+        (received.len() >= STEPS).then_some(received)
+    })
+    .await;
+    let order: Vec<String> = received.iter().map(|r| r.body.clone()).collect();
+    let expected: Vec<String> = (1..=STEPS).map(|i| i.to_string()).collect();
+    assert_eq!(order, expected, "each step once, in order");
+
+    // Delivery latency: from each step event's time to the webhook receiving it.
+    let events: Vec<Event> = cluster
+        .warnings_or_events("steps", "RolloutStepCompleted")
+        .await;
+    let mut latencies: Vec<Duration> = received
+        .iter()
+        .filter_map(|message| {
+            let prefix = format!("Rollout step {}/{STEPS} completed", message.body);
+            let event = events
+                .iter()
+                .find(|e| e.note.as_deref().is_some_and(|n| n.starts_with(&prefix)))?;
+            let at = event.event_time.as_ref()?.0;
+            let at = SystemTime::UNIX_EPOCH
+                + Duration::from_micros(u64::try_from(at.as_microsecond()).ok()?);
+            message.wall.duration_since(at).ok()
+        })
+        .collect();
+    assert_eq!(latencies.len(), STEPS, "every message matched to its event");
+    latencies.sort();
+    eprintln!(
+        "figure: step event to webhook delivery over {STEPS} steps: median {:?}, max {:?}",
+        latencies[STEPS / 2],
+        latencies[STEPS - 1]
+    );
+    assert_eq!(sends(&controller, "steps", "success").await, STEPS as u64);
 }

@@ -1,7 +1,8 @@
 //! The notifier: keeps the configuration current from watches of the ConfigMap and Secret,
 //! takes a reconcile's events without waiting ([`Notifier::notify`]), and delivers them on
-//! tasks of its own: one worker per Rollout (its notifications stay in order), each send tried
-//! again on transient failures with backoff, what was sent recorded in the Rollout's
+//! tasks of its own: one worker per Rollout and destination (a Rollout's notifications reach
+//! each receiver in order, and a receiver that hangs holds up no other), each send tried again
+//! on transient failures with backoff, what was sent recorded in the Rollout's
 //! `notified.notifications.argoproj.io` annotation by JSON merge patch.
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,7 +42,7 @@ pub struct ConfigSource {
     pub secret: String,
 }
 
-/// One event to deliver to its subscribers.
+/// One event to deliver to one subscriber.
 struct Job {
     namespace: String,
     name: String,
@@ -49,8 +50,8 @@ struct Job {
     trigger: String,
     /// Tells this occurrence of the event from another of the same trigger (a second abort).
     occurrence: String,
-    rollout: serde_json::Value,
-    destinations: Vec<Destination>,
+    rollout: Arc<serde_json::Value>,
+    destination: Destination,
     config: Arc<NotificationConfig>,
     /// The Rollout's annotation as the reconcile saw it.
     notified: BTreeMap<String, i64>,
@@ -59,6 +60,14 @@ struct Job {
 impl Job {
     fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The worker this job goes to: its Rollout and destination.
+    fn route(&self) -> String {
+        format!(
+            "{}/{}/{}/{}",
+            self.namespace, self.name, self.destination.service, self.destination.recipient
+        )
     }
 }
 
@@ -70,6 +79,8 @@ struct Shared {
     /// What this process sent or saw recorded, per `namespace/name`: a reconcile's copy of a
     /// Rollout may predate our last annotation write.
     notified: Mutex<HashMap<String, BTreeMap<String, i64>>>,
+    /// Held while the annotation is written, so a write never carries less than an earlier one.
+    recording: tokio::sync::Mutex<()>,
 }
 
 /// Hands events to the delivery task; cheap to call from a reconcile.
@@ -99,6 +110,7 @@ impl Notifier {
             http: HttpClients::new()?,
             sends: sends.clone(),
             notified: Mutex::new(HashMap::new()),
+            recording: tokio::sync::Mutex::new(()),
         });
         tokio::spawn(dispatch(jobs, shared));
         Ok(Self {
@@ -139,34 +151,57 @@ impl Notifier {
             if destinations.is_empty() || trigger_conditions(&config, &trigger).is_none() {
                 continue;
             }
-            let rollout_json = rollout_json
-                .get_or_insert_with(|| serde_json::to_value(rollout).unwrap_or_default());
-            let job = Job {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                reference: rollout.object_ref(&()),
-                occurrence: occurrence(event, rollout),
-                trigger,
-                rollout: rollout_json.clone(),
-                destinations,
-                config: config.clone(),
-                notified: annotations
-                    .get(NOTIFIED_ANNOTATION)
-                    .and_then(|value| serde_json::from_str(value).ok())
-                    .unwrap_or_default(),
-            };
-            if let Err(error) = self.queue.try_send(job) {
-                let job = match error {
-                    mpsc::error::TrySendError::Full(job)
-                    | mpsc::error::TrySendError::Closed(job) => job,
+            let mut rollout_json = rollout_json
+                .get_or_insert_with(|| Arc::new(serde_json::to_value(rollout).unwrap_or_default()))
+                .clone();
+            if let Some(index) = completed_step_index(event)
+                && rollout_json["status"]["currentStepIndex"] != index
+            {
+                let mut at_step = (*rollout_json).clone();
+                at_step["status"]["currentStepIndex"] = index.into();
+                rollout_json = Arc::new(at_step);
+            }
+            let notified: BTreeMap<String, i64> = annotations
+                .get(NOTIFIED_ANNOTATION)
+                .and_then(|value| serde_json::from_str(value).ok())
+                .unwrap_or_default();
+            for destination in destinations {
+                let job = Job {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    reference: rollout.object_ref(&()),
+                    occurrence: occurrence(event, rollout),
+                    trigger: trigger.clone(),
+                    rollout: rollout_json.clone(),
+                    destination,
+                    config: config.clone(),
+                    notified: notified.clone(),
                 };
-                for destination in &job.destinations {
-                    self.sends.count(&destination.service, "dropped");
+                if let Err(error) = self.queue.try_send(job) {
+                    let job = match error {
+                        mpsc::error::TrySendError::Full(job)
+                        | mpsc::error::TrySendError::Closed(job) => job,
+                    };
+                    self.sends.count(&job.destination.service, "dropped");
+                    tracing::warn!(%namespace, rollout = %name, trigger = %job.trigger, service = %job.destination.service, "notification dropped: the delivery queue is full");
                 }
-                tracing::warn!(%namespace, rollout = %name, trigger = %job.trigger, "notification dropped: the delivery queue is full");
             }
         }
     }
+}
+
+/// The index of the step a `RolloutStepCompleted` event reports ("Rollout step 2/8 completed
+/// ..." is index 1). One reconcile may complete several steps that need no scaling; each
+/// event's template then sees the index its step had, as Argo's (one step a reconcile) do.
+fn completed_step_index(event: &Event) -> Option<i64> {
+    if event.reason != rollouts_crds::conditions::ROLLOUT_STEP_COMPLETED_REASON {
+        return None;
+    }
+    let (number, _) = event
+        .message
+        .strip_prefix("Rollout step ")?
+        .split_once('/')?;
+    number.parse::<i64>().ok()?.checked_sub(1)
 }
 
 /// The once-per part of an event's key: its reason and message and the version of the
@@ -271,12 +306,12 @@ async fn watch_config(
     }
 }
 
-/// Routes jobs to one worker per Rollout, started on demand; a worker ends when it has nothing
-/// left to do.
+/// Routes jobs to one worker per Rollout and destination, started on demand; a worker ends
+/// when it has nothing left to do.
 async fn dispatch(mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>) {
     let mut workers: HashMap<String, mpsc::UnboundedSender<Job>> = HashMap::new();
     while let Some(job) = jobs.recv().await {
-        let key = job.key();
+        let key = job.route();
         let job = match workers.get(&key) {
             Some(worker) => match worker.send(job) {
                 Ok(()) => continue,
@@ -310,8 +345,8 @@ async fn work(mut queue: mpsc::UnboundedReceiver<Job>, shared: Arc<Shared>) {
     }
 }
 
-/// Evaluates the trigger's conditions and sends each that holds to every destination not
-/// already notified of this occurrence.
+/// Evaluates the trigger's conditions and sends each that holds to the job's destination,
+/// unless it was already notified of this occurrence.
 async fn deliver(shared: &Shared, job: Job) {
     let Some(conditions) = trigger_conditions(&job.config, &job.trigger) else {
         return;
@@ -322,51 +357,50 @@ async fn deliver(shared: &Shared, job: Job) {
             continue;
         }
         let condition_key = format!("[{index}].{}", sha1_base64(&condition.when));
-        for destination in &job.destinations {
-            let state_key = format!(
-                "{}:{}:{condition_key}:{}:{}",
-                job.occurrence, job.trigger, destination.service, destination.recipient
-            );
-            if shared.already_notified(&key, &job.notified, &state_key) {
-                continue;
+        let destination = &job.destination;
+        let state_key = format!(
+            "{}:{}:{condition_key}:{}:{}",
+            job.occurrence, job.trigger, destination.service, destination.recipient
+        );
+        if shared.already_notified(&key, &job.notified, &state_key) {
+            continue;
+        }
+        let Some(service) = job.config.services.get(&destination.service) else {
+            return;
+        };
+        let outcome = match render(&job, &condition.send, &destination.recipient) {
+            Ok(notification) => {
+                send_with_retries(
+                    shared,
+                    &destination.service,
+                    service,
+                    &notification,
+                    &destination.recipient,
+                )
+                .await
             }
-            let Some(service) = job.config.services.get(&destination.service) else {
-                continue;
-            };
-            let outcome = match render(&job, &condition.send, &destination.recipient) {
-                Ok(notification) => {
-                    send_with_retries(
-                        shared,
-                        &destination.service,
-                        service,
-                        &notification,
-                        &destination.recipient,
-                    )
-                    .await
-                }
-                Err(reason) => Err(reason),
-            };
-            match outcome {
-                Ok(()) => {
-                    shared.sends.count(&destination.service, "success");
-                    tracing::info!(namespace = %job.namespace, rollout = %job.name, trigger = %job.trigger, service = %destination.service, "notification sent");
-                    shared.record(&job, state_key).await;
-                }
-                Err(reason) => {
-                    shared.sends.count(&destination.service, "failure");
-                    let note = format!(
-                        "{} notification to {}{} failed: {reason}",
-                        job.trigger,
-                        destination.service,
-                        if destination.recipient.is_empty() {
-                            String::new()
-                        } else {
-                            format!(":{}", destination.recipient)
-                        }
-                    );
-                    tracing::warn!(namespace = %job.namespace, rollout = %job.name, "{note}");
-                    shared.warn(&job, note).await;
-                }
+            Err(reason) => Err(reason),
+        };
+        match outcome {
+            Ok(()) => {
+                shared.sends.count(&destination.service, "success");
+                tracing::info!(namespace = %job.namespace, rollout = %job.name, trigger = %job.trigger, service = %destination.service, "notification sent");
+                shared.record(&job, state_key).await;
+            }
+            Err(reason) => {
+                shared.sends.count(&destination.service, "failure");
+                let note = format!(
+                    "{} notification to {}{} failed: {reason}",
+                    job.trigger,
+                    destination.service,
+                    if destination.recipient.is_empty() {
+                        String::new()
+                    } else {
+                        format!(":{}", destination.recipient)
+                    }
+                );
+                tracing::warn!(namespace = %job.namespace, rollout = %job.name, "{note}");
+                shared.warn(&job, note).await;
             }
         }
     }
@@ -456,6 +490,7 @@ impl Shared {
     /// Adds `state_key` to the Rollout's annotation (the newest 100 kept).
     async fn record(&self, job: &Job, state_key: String) {
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let _recording = self.recording.lock().await;
         let state = {
             let mut notified = self
                 .notified
@@ -511,6 +546,23 @@ mod tests {
             reason: reason.into(),
             message: message.into(),
         }
+    }
+
+    #[test]
+    fn a_step_event_names_the_index_of_its_step() {
+        let step = |message: &str| {
+            completed_step_index(&event(
+                rollouts_crds::conditions::ROLLOUT_STEP_COMPLETED_REASON,
+                message,
+            ))
+        };
+        assert_eq!(step("Rollout step 2/8 completed (setWeight: 20)"), Some(1));
+        assert_eq!(step("Rollout step 1/1 completed (pause)"), Some(0));
+        assert_eq!(step("something else"), None);
+        assert_eq!(
+            completed_step_index(&event("RolloutAborted", "Rollout step 2/8 completed")),
+            None
+        );
     }
 
     #[test]
