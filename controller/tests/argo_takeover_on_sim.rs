@@ -658,12 +658,12 @@ async fn a_blue_green_argo_left_waiting_for_promotion_is_promoted_on_argos_repli
 }
 
 /// A blue-green Argo promoted 10 seconds before it stopped: `web-6c9f7d8b4` active, the old
-/// `web-5d7c8f9b6` still at 2 pods with Argo's `scale-down-deadline` 15 seconds ahead.
+/// `web-5d7c8f9b6` still at 2 pods with Argo's `scale-down-deadline` 25 seconds ahead.
 #[tokio::test]
 async fn a_blue_green_argo_left_in_its_scale_down_delay_scales_down_at_argos_deadline() {
     let at = seconds_ago(600);
     let promoted = seconds_ago(10);
-    let deadline_second = Timestamp::now().as_second() + 15;
+    let deadline_second = Timestamp::now().as_second() + 25;
     let deadline = Timestamp::from_second(deadline_second)
         .expect("a time")
         .to_string();
