@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::{
     HEADER_ANNOTATION, HEADER_SHARE_ANNOTATION, RPS_ANNOTATION, SIM_ERROR_RATE, SIM_LATENCY_MS,
     SIM_LATENCY_SPREAD, SIM_SLOW_FACTOR, SIM_SLOW_SHARE, SIM_WARMUP_ERROR_RATE, SIM_WARMUP_SECONDS,
-    TRAFFIC_SEED_ANNOTATION,
+    TRAFFIC_POD_SPREAD_ANNOTATION, TRAFFIC_SEED_ANNOTATION,
 };
 use crate::sim::meta::{meta_str, parse_rfc3339};
 use crate::sim::registry::ResourceKey;
@@ -114,6 +114,8 @@ pub struct ServiceLoad {
     pub header_share: f64,
     /// `sim.rollouts.dev/traffic-seed`: noisy traffic from this seed.
     pub noise_seed: Option<u64>,
+    /// `sim.rollouts.dev/traffic-pod-spread`: the pod factors' sigma for that noise.
+    pub noise_pod_spread: Option<f64>,
 }
 
 /// What changed with one event, so the caller knows what to recompute.
@@ -460,6 +462,18 @@ fn service_of(obj: &Value, key: &ObjectKey) -> Service {
             None
         }
     });
+    let noise_pod_spread =
+        annotation(TRAFFIC_POD_SPREAD_ANNOTATION).and_then(|v| match v.parse::<f64>() {
+            Ok(spread) if spread >= 0.0 && spread.is_finite() => Some(spread),
+            _ => {
+                warn(
+                    TRAFFIC_POD_SPREAD_ANNOTATION,
+                    v,
+                    "give a non-negative sigma, e.g. \"0.1\"",
+                );
+                None
+            }
+        });
     Service {
         selector: obj["spec"]["selector"]
             .as_object()
@@ -470,6 +484,7 @@ fn service_of(obj: &Value, key: &ObjectKey) -> Service {
             header,
             header_share,
             noise_seed,
+            noise_pod_spread,
         },
     }
 }

@@ -139,15 +139,15 @@ impl Generator {
             }
             // The simulator's noise wins; otherwise a front's Services may ask for their own.
             if self.noise.is_none() {
-                match load.noise_seed {
-                    Some(seed) if state.noise.as_ref().is_none_or(|n| n.seed() != seed) => {
-                        state.noise = Some(Noise::new(TrafficNoise {
-                            seed,
-                            ..TrafficNoise::default()
-                        }));
-                    }
-                    Some(_) => {}
-                    None => state.noise = None,
+                let wanted = load.noise_seed.map(|seed| TrafficNoise {
+                    seed,
+                    pod_spread: load
+                        .noise_pod_spread
+                        .unwrap_or(TrafficNoise::default().pod_spread),
+                    ..TrafficNoise::default()
+                });
+                if state.noise.as_ref().map(Noise::settings) != wanted.as_ref() {
+                    state.noise = wanted.map(Noise::new);
                 }
             }
             let mut noise = match &mut self.noise {

@@ -43,6 +43,8 @@ pub const HEADER_ANNOTATION: &str = "sim.rollouts.dev/header";
 /// Service annotation: noisy traffic (default settings) drawn from this seed for the fronts
 /// the Service is part of, when the simulator itself counts.
 pub const TRAFFIC_SEED_ANNOTATION: &str = "sim.rollouts.dev/traffic-seed";
+/// Service annotation, with the seed: sigma of each pod's log-normal factor (default 0.1).
+pub const TRAFFIC_POD_SPREAD_ANNOTATION: &str = "sim.rollouts.dev/traffic-pod-spread";
 /// Service annotation: the share (0..1) of requests carrying the header; 1 when absent.
 pub const HEADER_SHARE_ANNOTATION: &str = "sim.rollouts.dev/header-share";
 /// First-container env var: share (0..1) of requests a pod answers 500.

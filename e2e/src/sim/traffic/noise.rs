@@ -89,9 +89,9 @@ impl Noise {
         }
     }
 
-    /// The seed it draws from.
-    pub fn seed(&self) -> u64 {
-        self.settings.seed
+    /// The settings it draws with.
+    pub fn settings(&self) -> &TrafficNoise {
+        &self.settings
     }
 
     /// Moves the clock of the load's swing on by `elapsed`.

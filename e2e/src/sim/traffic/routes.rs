@@ -183,9 +183,11 @@ impl Front {
             .filter_map(|key| cluster.services.get(key).map(|s| &s.load))
             .collect();
         let noise_seed = loads.iter().find_map(|l| l.noise_seed);
+        let noise_pod_spread = loads.iter().find_map(|l| l.noise_pod_spread);
         if let Some(load) = loads.iter().find(|l| l.rps.is_some()) {
             return ServiceLoad {
                 noise_seed,
+                noise_pod_spread,
                 ..(*load).clone()
             };
         }
@@ -195,6 +197,7 @@ impl Front {
             header: header.and_then(|l| l.header.clone()),
             header_share: header.map_or(0.0, |l| l.header_share),
             noise_seed,
+            noise_pod_spread,
         }
     }
 }
