@@ -206,10 +206,26 @@ impl Takeover {
         .await;
     }
 
-    /// Our controller, started on a cleared request log.
-    fn start_controller(&self) -> Controller {
+    /// Our controller, started on a cleared request log, and the Rollout's status as Argo left
+    /// it.
+    async fn start_controller(&self) -> (Controller, Value) {
+        let argo_status = self.status_json().await;
         self.sim.sim.clear_requests();
-        Controller::start(&self.sim.kubeconfig, DEADLINE)
+        (
+            Controller::start(&self.sim.kubeconfig, DEADLINE),
+            argo_status,
+        )
+    }
+
+    /// The Rollout's status as JSON, without `canary.weights`: the one field this controller
+    /// keeps on a canary without a router that Argo does not write.
+    async fn status_json(&self) -> Value {
+        let mut status =
+            serde_json::to_value(self.sim.status("web").await).expect("a status has a JSON form");
+        if let Some(canary) = status.get_mut("canary").and_then(Value::as_object_mut) {
+            canary.remove("weights");
+        }
+        status
     }
 
     /// Waits until the controller has planned `web` once more than it wrote its status, so
@@ -240,8 +256,10 @@ impl Takeover {
 
     /// Fails naming them if our controller wrote anything but the Rollout's status and the
     /// measurements of a run that exists: no ReplicaSet, Service, AnalysisRun or router object
-    /// written, and no event (a step entered again would record one).
-    fn assert_nothing_moved(&self) {
+    /// written, and no event (a step entered again would record one). The status itself is
+    /// Argo's, field for field, but `canary.weights`.
+    async fn assert_nothing_moved(&self, argo_status: &Value) {
+        assert_eq!(&self.status_json().await, argo_status, "status moved");
         let allowed = |r: &RequestRecord| {
             r.subresource == "status"
                 && matches!(r.verb.as_str(), "patch" | "update")
@@ -320,9 +338,9 @@ async fn a_healthy_canary_argo_left_moves_nothing_and_releases_from_argos_replic
     argo.replica_set(STABLE, V1, 4, "1", json!({})).await;
     argo.wait_running(&[(STABLE, 4)]).await;
 
-    let controller = argo.start_controller();
+    let (controller, argo_status) = argo.start_controller().await;
     argo.settled(&controller).await;
-    argo.assert_nothing_moved();
+    argo.assert_nothing_moved(&argo_status).await;
     let status = argo.sim.status("web").await;
     assert_eq!(
         (status.current_pod_hash.as_str(), status.stable_rs.as_str()),
@@ -394,9 +412,9 @@ async fn a_canary_argo_paused_stays_paused_then_finishes_on_argos_replica_sets()
     argo.service("web-canary", CANARY).await;
     argo.wait_running(&[(STABLE, 3), (CANARY, 1)]).await;
 
-    let controller = argo.start_controller();
+    let (controller, argo_status) = argo.start_controller().await;
     argo.settled(&controller).await;
-    argo.assert_nothing_moved();
+    argo.assert_nothing_moved(&argo_status).await;
     let status = argo.sim.status("web").await;
     assert_eq!(status.current_pod_hash, CANARY);
     assert_eq!(status.stable_rs, STABLE);
@@ -530,9 +548,9 @@ async fn a_canary_argo_left_mid_analysis_picks_up_argos_run() {
     .expect("writes the run's status as Argo did");
     argo.wait_running(&[(STABLE, 3), (CANARY, 1)]).await;
 
-    let controller = argo.start_controller();
+    let (controller, argo_status) = argo.start_controller().await;
     argo.settled(&controller).await;
-    argo.assert_nothing_moved();
+    argo.assert_nothing_moved(&argo_status).await;
     let status = argo.sim.status("web").await;
     assert_eq!(status.current_step_index, Some(1));
     assert_eq!(
@@ -619,9 +637,9 @@ async fn a_blue_green_argo_left_waiting_for_promotion_is_promoted_on_argos_repli
     argo.service("web-preview", CANARY).await;
     argo.wait_running(&[(STABLE, 2), (CANARY, 2)]).await;
 
-    let controller = argo.start_controller();
+    let (controller, argo_status) = argo.start_controller().await;
     argo.settled(&controller).await;
-    argo.assert_nothing_moved();
+    argo.assert_nothing_moved(&argo_status).await;
     let status = argo.sim.status("web").await;
     assert_eq!(status.current_pod_hash, CANARY);
     assert_eq!(status.blue_green.active_selector, STABLE);
@@ -691,13 +709,13 @@ async fn a_blue_green_argo_left_in_its_scale_down_delay_scales_down_at_argos_dea
     argo.service("web-preview", CANARY).await;
     argo.wait_running(&[(STABLE, 2), (CANARY, 2)]).await;
 
-    let controller = argo.start_controller();
+    let (controller, argo_status) = argo.start_controller().await;
     argo.settled(&controller).await;
     assert!(
         Timestamp::now().as_second() < deadline_second,
         "the takeover took longer than Argo's delay: nothing left to check"
     );
-    argo.assert_nothing_moved();
+    argo.assert_nothing_moved(&argo_status).await;
     let status = argo.sim.status("web").await;
     assert_eq!(status.stable_rs, CANARY);
     assert_eq!(status.blue_green.active_selector, CANARY);
@@ -808,9 +826,9 @@ async fn an_istio_canary_argo_paused_keeps_argos_hashes_in_the_destination_rule(
         .expect("creates the DestinationRule");
     argo.wait_running(&[(STABLE, 4), (CANARY, 1)]).await;
 
-    let controller = argo.start_controller();
+    let (controller, argo_status) = argo.start_controller().await;
     argo.settled(&controller).await;
-    argo.assert_nothing_moved();
+    argo.assert_nothing_moved(&argo_status).await;
     let status = argo.sim.status("web").await;
     assert_eq!(status.current_step_index, Some(1));
     assert_eq!(status.current_pod_hash, CANARY);
