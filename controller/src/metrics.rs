@@ -1,6 +1,8 @@
 //! Prometheus metrics under Argo Rollouts' names: `rollout_reconcile` (histogram),
-//! `rollout_reconcile_error`, `rollout_events_total`, `rollout_info` and its replica gauges
-//! (read from the watch cache at scrape time), and `argo_rollouts_controller_info`; ours:
+//! `rollout_reconcile_error`, `rollout_events_total`, `rollout_info`, its replica gauges and
+//! the deprecated `rollout_phase` (read from the watch cache at scrape time), the AnalysisRun
+//! controller's (`analysis_run_info`, `analysis_run_phase`, `analysis_run_metric_type`,
+//! `analysis_run_metric_phase`), and `argo_rollouts_controller_info`; ours:
 //! `rollouts_controller_reconcile_panics_total` (by controller, never per object) and
 //! `notification_send_total{service,result}`.
 //!
@@ -270,7 +272,26 @@ impl Metrics {
     }
 }
 
-/// `rollout_info` and the replica gauges, computed from the watch cache on each scrape.
+/// The phases of Argo's deprecated `rollout_phase` gauge, in its order.
+const DEPRECATED_PHASES: [&str; 6] = [
+    "Completed",
+    "Progressing",
+    "Paused",
+    "Timeout",
+    "Error",
+    "Abort",
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RolloutPhaseLabels {
+    namespace: String,
+    name: String,
+    strategy: String,
+    phase: String,
+}
+
+/// `rollout_info`, `rollout_phase` and the replica gauges, computed from the watch cache on
+/// each scrape.
 /// Reads one replica count of a Rollout.
 type ReplicaCount = fn(&Rollout) -> i64;
 
@@ -293,6 +314,29 @@ impl Collector for RolloutCollector {
             )?;
             for labels in &info {
                 family.encode_family(labels)?.encode_gauge(&1i64)?;
+            }
+        }
+        {
+            // Argo's deprecated per-phase gauge: one series per phase it lists (InvalidSpec
+            // is not among them), 1 on the Rollout's phase.
+            let mut family = encoder.encode_descriptor(
+                "rollout_phase",
+                "Information on the state of the rollout (DEPRECATED - use rollout_info)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for labels in &info {
+                for phase in DEPRECATED_PHASES {
+                    let series = RolloutPhaseLabels {
+                        namespace: labels.namespace.clone(),
+                        name: labels.name.clone(),
+                        strategy: labels.strategy.clone(),
+                        phase: phase.to_string(),
+                    };
+                    family
+                        .encode_family(&series)?
+                        .encode_gauge(&i64::from(labels.phase == phase))?;
+                }
             }
         }
         let gauges: [(&str, &str, ReplicaCount); 4] = [
@@ -582,6 +626,20 @@ mod tests {
         );
         assert!(
             text.contains(r#"rollout_info_replicas_available{namespace="shop",name="web"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_phase{namespace="shop",name="web",strategy="canary",phase="Completed"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"rollout_phase{namespace="shop",name="web",strategy="canary",phase="Paused"} 0"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rollout_phase{namespace="shop",name="broken",strategy="canary",phase="Progressing"} 0"#),
             "{text}"
         );
         assert!(

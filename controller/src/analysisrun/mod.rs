@@ -182,6 +182,7 @@ pub async fn run(
     let mut sorter =
         Sorter::<AnalysisRun>::new(Some(decode::spawn_reporter::<AnalysisRun>(client.clone())));
     let (store, writer) = reflector::store();
+    metrics.watch(store.clone());
     let runs = watcher(
         runs,
         watcher::Config::default().labels(&options.label_selector),
