@@ -977,3 +977,39 @@ fn a_condition_nested_too_deep_ends_the_run_in_error_before_parsing() {
     assert!(message.contains("over the limit of 4096"), "{message}");
     assert!(message.len() < 1000, "{message}");
 }
+
+#[test]
+fn a_judge_metrics_event_carries_its_reason_and_others_keep_argos_text() {
+    let judge = Metric {
+        name: "judged".into(),
+        success_condition: Some("result.verdict != \"High\"".into()),
+        provider: MetricProvider {
+            judge: Some(serde_json::json!({"query": "q", "canary": "a", "baseline": "b"})),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reason = "shift interval [24.1ms, 41ms] lies above +8.1ms";
+    let mut script = Script(BTreeMap::from([
+        (
+            "judged".to_string(),
+            VecDeque::from([measured(Failed, reason)]),
+        ),
+        ("m".to_string(), VecDeque::from([measured(Successful, "")])),
+    ]));
+    let passes = run_to_completion(&spec(vec![judge, metric("m")]), &mut script, 5);
+    let messages: Vec<&str> = passes[0]
+        .1
+        .events
+        .iter()
+        .map(|e| e.message.as_str())
+        .collect();
+    assert!(
+        messages.contains(&format!("Metric 'judged' Completed. Result: Failed: {reason}").as_str()),
+        "{messages:?}"
+    );
+    assert!(
+        messages.contains(&"Metric 'm' Completed. Result: Successful"),
+        "{messages:?}"
+    );
+}
