@@ -8,7 +8,7 @@
 //! cargo run -p rollouts-analysis --bin judge-bench -- [--trials 1000] [--seed 1]
 //! ```
 //!
-//! Traffic: 500 requests/s split 80/20 over 4 stable pods and 1 canary pod; latency median
+//! Traffic: 500 requests/s (50 in the rows marked 50/s) split 80/20 over 4 stable pods and 1 canary pod; latency median
 //! 100 ms, sigma of ln(latency) 0.3. A trial is one 5-minute canary: measured every minute
 //! (windows of the last min(t, 5) minutes); "High at 5m" is the share of trials whose 5-minute
 //! measurement is High, "first" the median minute of the first High among those that had one.
@@ -24,6 +24,8 @@ use rollouts_analysis::judge::{
 };
 
 const RPS: f64 = 500.0;
+/// The low-traffic rows' rate, where sampled error ratios are mostly zeros.
+const LOW_RPS: f64 = 50.0;
 const CANARY_SHARE: f64 = 0.2;
 const STABLE_PODS: usize = 4;
 const SECONDS: usize = 300;
@@ -54,6 +56,8 @@ struct Scenario {
     canary_latency_factor: f64,
     pod_spread: f64,
     latency: bool,
+    /// Requests per second to the app (both sides together).
+    rps: f64,
 }
 
 /// One way of judging a trial: a judge kind with its settings, or a fixed threshold.
@@ -107,14 +111,16 @@ fn main() {
             }
         }
     }
-    let errors = |name, stable, canary, spread| Scenario {
+    let errors_at = |rps, name, stable, canary, spread| Scenario {
         name,
         stable_error_rate: stable,
         canary_error_rate: canary,
         canary_latency_factor: 1.0,
         pod_spread: spread,
         latency: false,
+        rps,
     };
+    let errors = |name, stable, canary, spread| errors_at(RPS, name, stable, canary, spread);
     let latency = |name, factor, spread| Scenario {
         name,
         stable_error_rate: 0.0,
@@ -122,6 +128,7 @@ fn main() {
         canary_latency_factor: factor,
         pod_spread: spread,
         latency: true,
+        rps: RPS,
     };
     let error_rows = [
         errors("A/A 1%, pods alike", 0.01, 0.01, 0.0),
@@ -130,6 +137,10 @@ fn main() {
         errors("1% vs 2%", 0.01, 0.02, 0.1),
         errors("0.1% vs 0.5%", 0.001, 0.005, 0.1),
         errors("0% vs 0.2%", 0.0, 0.002, 0.1),
+        errors_at(LOW_RPS, "50/s: A/A 0.1%, pods alike", 0.001, 0.001, 0.0),
+        errors_at(LOW_RPS, "50/s: 1% vs 2%", 0.01, 0.02, 0.1),
+        errors_at(LOW_RPS, "50/s: 0.1% vs 0.5%", 0.001, 0.005, 0.1),
+        errors_at(LOW_RPS, "50/s: 0% vs 0.2%", 0.0, 0.002, 0.1),
     ];
     let latency_rows = [
         latency("A/A latency, pods alike", 1.0, 0.0),
@@ -162,7 +173,8 @@ fn main() {
         Method::LatencyThreshold { limit: 0.25 },
     ];
     println!(
-        "judge-bench: {trials} trials per row, seed {seed}; {RPS} requests/s split 80/20 \
+        "judge-bench: {trials} trials per row, seed {seed}; {RPS} requests/s ({LOW_RPS} in rows \
+         marked 50/s) split 80/20 \
          ({STABLE_PODS} stable pods, 1 canary pod), 5-minute canary measured every minute; \
          judge confidence 0.98, direction increase, minSamples 5, minRequests 100"
     );
@@ -343,7 +355,7 @@ fn simulate(rng: &mut StdRng, scenario: &Scenario) -> (Side, Side) {
             },
         };
         for second in 0..SECONDS {
-            let load = RPS
+            let load = scenario.rps
                 * (1.0
                     + SWING * (std::f64::consts::TAU * second as f64 / SWING_PERIOD + phase).sin());
             let per_pod = load * share / pods.len() as f64;
