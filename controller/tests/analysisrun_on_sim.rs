@@ -563,3 +563,40 @@ async fn a_secret_that_does_not_exist_ends_the_run_in_error_naming_it() {
         "measured without its secret"
     );
 }
+
+/// A run measured by a provider this controller lacks (Datadog here) ends in Error at once,
+/// naming the metric and the provider, with no measurement taken: not an Error measurement at
+/// every interval until `consecutiveErrorLimit`.
+#[tokio::test]
+async fn a_provider_this_controller_lacks_ends_the_run_in_error_at_once() {
+    let h = Harness::start("rollouts-analysisrun", &["--log-level", "info"]).await;
+    h.create(json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "AnalysisRun",
+        "metadata": {"name": "datadog", "namespace": NAMESPACE},
+        "spec": {"metrics": [{
+            "name": "errors",
+            "interval": "1s",
+            "successCondition": "result < 0.05",
+            "provider": {"datadog": {"query": "sum:errors{*}", "interval": "5m"}},
+        }]},
+    }))
+    .await;
+    let status = h.wait_completed("datadog").await;
+    assert_eq!(status.phase, AnalysisPhase::Error, "{status:#?}");
+    assert!(
+        status.message.contains("metric \"errors\"")
+            && status
+                .message
+                .contains("provider.datadog is not supported by this controller"),
+        "{}",
+        status.message
+    );
+    assert!(
+        status
+            .metric_results
+            .iter()
+            .all(|r| r.measurements.is_empty()),
+        "measured anyway: {status:#?}"
+    );
+}

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use rollouts_analysis::engine::{self, Plan};
-use rollouts_crds::analysis::AnalysisRun;
+use rollouts_crds::analysis::{AnalysisRun, AnalysisRunSpec};
 use tracing::instrument;
 
 use super::arguments::field_refs_resolved;
@@ -103,6 +103,7 @@ async fn reconcile_run(
         Err(e) => engine::invalid(&status, &e.to_string(), now),
         Ok(spec) => match bounds::check(&spec)
             .map_err(|e| format!("Analysis spec invalid: {e}"))
+            .and_then(|()| providers_chosen(&spec))
             .and_then(|()| {
                 bounds::check_status(&status).map_err(|e| format!("Analysis status invalid: {e}"))
             }) {
@@ -141,6 +142,16 @@ async fn reconcile_run(
         }
         _ => Action::await_change(),
     })
+}
+
+/// Every metric has the one provider this controller measures it with; otherwise the run
+/// ends in Error at once, naming the metric and the provider, instead of erroring at every
+/// measurement until `consecutiveErrorLimit`.
+fn providers_chosen(spec: &AnalysisRunSpec) -> std::result::Result<(), String> {
+    spec.metrics
+        .iter()
+        .try_for_each(|metric| super::provider_kind(metric).map(drop))
+        .map_err(|e| format!("Analysis spec invalid: {e}"))
 }
 
 /// When to look again for a run due at `at`. Times are whole seconds, so something due now

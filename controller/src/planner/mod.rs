@@ -261,7 +261,20 @@ impl ObservedTemplates {
     fn lookup(&self, reference: &RolloutAnalysisTemplate) -> Result<AnalysisTemplateSpec, String> {
         let key = TemplateKey::of(reference);
         match self.found.get(&key) {
-            Some(spec) => Ok(spec.clone()),
+            Some(spec) => {
+                // A provider this controller lacks is refused here, before a run is created
+                // that would only error at every measurement and abort the release.
+                // (A metric with no provider, or several, is the run's Error to report.)
+                for metric in &spec.metrics {
+                    if let Err(
+                        error @ crate::analysisrun::ProviderChoiceError::Unsupported { .. },
+                    ) = crate::analysisrun::provider_kind(metric)
+                    {
+                        return Err(format!("{} {:?}: {error}", key.kind(), key.name));
+                    }
+                }
+                Ok(spec.clone())
+            }
             None => Err(format!(
                 "{} {:?} not found: create it, or fix templateName",
                 key.kind(),

@@ -474,3 +474,57 @@ fn a_missing_template_is_an_invalid_spec_and_a_found_one_is_composed_into_the_ru
     );
     assert_eq!(run.revision.as_deref(), Some("2"));
 }
+
+/// A template measured by a provider this controller lacks (Datadog) is refused when the step
+/// would create its run: an `InvalidSpec` naming the step, the template, the metric and the
+/// provider, no run created and nothing aborted, instead of a run that errors at every
+/// measurement and aborts the release.
+#[test]
+fn a_template_with_a_provider_we_lack_is_an_invalid_spec_naming_it() {
+    let rollout = Rollout::test_canary(
+        NAME,
+        vec![
+            CanaryStep::weight(25),
+            CanaryStep::analysis("datadog-errors"),
+        ],
+    )
+    .with_replicas(4);
+    let (mut world, _) = World::deployed(rollout);
+    let template = AnalysisTemplateSpec {
+        metrics: vec![Metric {
+            name: "errors".into(),
+            provider: rollouts_crds::analysis::MetricProvider {
+                datadog: Some(serde_json::json!({"query": "sum:errors{*}"})),
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    world.observed.analysis_templates = Some(ObservedTemplates {
+        found: BTreeMap::from([(
+            TemplateKey {
+                cluster: false,
+                name: "datadog-errors".into(),
+            },
+            template,
+        )]),
+        missing: BTreeSet::new(),
+    });
+    world.update_image("nginx:1.28");
+    world.settle();
+    let invalid = world
+        .status()
+        .condition(INVALID_SPEC)
+        .expect("InvalidSpec")
+        .message
+        .clone();
+    assert!(
+        invalid.starts_with(
+            "spec.strategy.canary.steps[1].analysis: AnalysisTemplate \"datadog-errors\": metric \"errors\": provider.datadog is not supported by this controller"
+        ),
+        "{invalid}"
+    );
+    assert!(world.observed.analysis_runs.is_empty());
+    assert!(!world.status().abort, "nothing is aborted");
+}
