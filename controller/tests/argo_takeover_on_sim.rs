@@ -92,7 +92,11 @@ impl Takeover {
                 "selector": {"matchLabels": {"app": "web"}},
                 "template": {
                     "metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "app", "image": image}]}
+                    "spec": {"containers": [{
+                        "name": "app",
+                        "image": image,
+                        "resources": {"requests": {"cpu": 0.5, "memory": "64Mi"}}
+                    }]}
                 },
                 "strategy": strategy
             }
@@ -109,7 +113,8 @@ impl Takeover {
     }
 
     /// ReplicaSet `web-<hash>` of `image` at `replicas`, as Argo creates it and an API server
-    /// stores it (`annotations` add to Argo's).
+    /// stores it: defaults filled in, the Rollout's `cpu: 0.5` stored as `500m` (`annotations`
+    /// add to Argo's).
     async fn replica_set(
         &self,
         hash: &str,
@@ -153,7 +158,7 @@ impl Takeover {
                             "name": "app",
                             "image": image,
                             "imagePullPolicy": "IfNotPresent",
-                            "resources": {},
+                            "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}},
                             "terminationMessagePath": "/dev/termination-log",
                             "terminationMessagePolicy": "File"
                         }],

@@ -19,8 +19,8 @@
 //! from the image tag, port `protocol: TCP`, probe timings and `scheme: HTTP`, `fieldRef`
 //! `apiVersion: v1`, volume `defaultMode: 420`); the deprecated `serviceAccount`; `false` in
 //! the bool fields Go omits when false; and empty strings, lists and objects (the empty
-//! objects of a volume source, such as `emptyDir: {}`, count). Quantities are compared as
-//! written: `cpu: 0.5` and `cpu: 500m` differ.
+//! objects of a volume source, such as `emptyDir: {}`, count). Quantities are compared by
+//! value: `cpu: 0.5` and `cpu: 500m` are equal.
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -131,7 +131,95 @@ fn comparable(template: &PodTemplateSpec, injected: Option<&Value>) -> Value {
         without_injected_anti_affinity(spec);
         without_pod_defaults(spec);
     }
+    with_canonical_quantities(&mut value);
     pruned(value, false).unwrap_or(Value::Null)
+}
+
+/// Rewrites every quantity (the values of `limits`, `requests` and `overhead`, and
+/// `sizeLimit`) by its value, so the `0.5` a Rollout says and the `500m` an API server stores
+/// compare equal, as Argo's semantic equality compares them.
+fn with_canonical_quantities(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, member) in map.iter_mut() {
+                match (key.as_str(), member) {
+                    ("limits" | "requests" | "overhead", Value::Object(quantities)) => {
+                        for quantity in quantities.values_mut() {
+                            canonicalize(quantity);
+                        }
+                    }
+                    ("sizeLimit", quantity @ Value::String(_)) => canonicalize(quantity),
+                    (_, member) => with_canonical_quantities(member),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(with_canonical_quantities),
+        _ => {}
+    }
+}
+
+fn canonicalize(quantity: &mut Value) {
+    if let Some(canonical) = quantity.as_str().and_then(quantity_value) {
+        *quantity = Value::String(canonical);
+    }
+}
+
+/// A Kubernetes quantity (`1.5Gi`, `500m`, `0.5`, `1e3`) as `<integer>e<power of ten>` with no
+/// trailing zero in the integer, so equal values have one form; `None` when it does not parse
+/// or does not fit (it is then compared as written).
+fn quantity_value(text: &str) -> Option<String> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let number_end = unsigned
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(unsigned.len());
+    let (number, suffix) = unsigned.split_at(number_end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = format!("{whole}{fraction}");
+    if digits.is_empty() || digits.len() > 30 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut mantissa: i128 = digits.parse().ok()?;
+    let mut exponent = -i32::try_from(fraction.len()).ok()?;
+    let (power_of_ten, power_of_two) = match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        scientific => (
+            scientific
+                .strip_prefix(['e', 'E'])?
+                .parse::<i32>()
+                .ok()
+                .filter(|power| power.abs() <= 100)?,
+            0,
+        ),
+    };
+    exponent += power_of_ten;
+    mantissa = mantissa.checked_mul(1i128.checked_shl(power_of_two)?)?;
+    if mantissa == 0 {
+        return Some("0".to_string());
+    }
+    while mantissa % 10 == 0 {
+        mantissa /= 10;
+        exponent += 1;
+    }
+    let sign = if negative { "-" } else { "" };
+    Some(format!("{sign}{mantissa}e{exponent}"))
 }
 
 fn remove_key(metadata: &mut Map<String, Value>, map: &str, key: &str) {
@@ -445,6 +533,42 @@ mod tests {
                 "{pointer}"
             );
         }
+    }
+
+    #[test]
+    fn quantities_compare_by_value() {
+        let same = [
+            ("0.5", "500m"),
+            ("1", "1000m"),
+            ("1.5Gi", "1536Mi"),
+            ("1k", "1000"),
+            ("1e3", "1k"),
+            ("100M", "0.1G"),
+            ("0", "0m"),
+        ];
+        for (a, b) in same {
+            assert_eq!(quantity_value(a), quantity_value(b), "{a} = {b}");
+        }
+        assert_ne!(quantity_value("1Ki"), quantity_value("1k"));
+        assert_ne!(quantity_value("-1"), quantity_value("1"));
+        for unparsed in [
+            "",
+            "abc",
+            "1.2.3",
+            "1Xi",
+            "1e1000",
+            "999999999999999999999999999999Ei",
+        ] {
+            assert_eq!(quantity_value(unparsed), None, "{unparsed}");
+        }
+
+        let mut desired = desired();
+        desired["spec"]["containers"][0]["resources"] =
+            json!({"limits": {"cpu": 0.5, "memory": "1.5Gi"}, "requests": {"cpu": "0.25"}});
+        let mut stored = defaulted();
+        stored["spec"]["containers"][0]["resources"] =
+            json!({"limits": {"cpu": "500m", "memory": "1536Mi"}, "requests": {"cpu": "250m"}});
+        assert_eq!(live_digest(&live(stored)), desired_digest(&desired));
     }
 
     #[test]
