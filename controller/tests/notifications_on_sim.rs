@@ -397,19 +397,22 @@ async fn an_aborted_canary_notifies_its_webhook_once_through_500s_and_not_again_
 }
 
 #[tokio::test]
-async fn slack_gets_each_step_per_channel_and_a_failing_webhook_becomes_a_warning_and_a_failure_count()
+async fn slack_gets_each_step_per_channel_pagerduty_the_abort_and_a_failing_webhook_becomes_a_warning()
  {
     let cluster = Cluster::start("slack");
     let slack = Receiver::start(&[], 200, r#"{"ok": true}"#).await;
+    let pagerduty = Receiver::start(&[], 202, r#"{"status": "success"}"#).await;
     let broken = Receiver::start(&[], 503, "{}").await;
     cluster
         .configure(
             json!({
                 "service.slack": format!("token: $slack-token\napiURL: {}/api/\nusername: rollouts\n", slack.url),
                 "service.webhook.broken": format!("url: {}\nretryMax: 1\nretryWaitMin: 100ms\n", broken.url),
+                "service.pagerdutyv2": format!("serviceKeys:\n  checkout: $pd-key\napiURL: {}/v2/enqueue\n", pagerduty.url),
+                "template.rollout-aborted": "message: Rollout {{.rollout.metadata.name}} has been aborted.\npagerdutyv2:\n  summary: Rollout {{.rollout.metadata.name}} is aborted.\n  severity: critical\n  source: '{{.rollout.metadata.name}}'\n",
                 "template.rollout-step-completed": "message: Rollout {{.rollout.metadata.name}} step number {{ add .rollout.status.currentStepIndex 1}}/{{len .rollout.spec.strategy.canary.steps}} has been completed.\nslack:\n  attachments: |\n    [{\"title\": \"{{ .rollout.metadata.name}}\", \"color\": \"#18be52\"}]\n",
             }),
-            json!({"slack-token": "xoxb-test"}),
+            json!({"slack-token": "xoxb-test", "pd-key": "R0UTING-KEY"}),
         )
         .await;
     let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
@@ -420,6 +423,7 @@ async fn slack_gets_each_step_per_channel_and_a_failing_webhook_becomes_a_warnin
                 "notifications.argoproj.io/subscribe.on-rollout-step-completed.slack": "dev;ops",
                 // The default triggers (failures only): the abort.
                 "notifications.argoproj.io/subscribe.broken": "",
+                "notifications.argoproj.io/subscribe.on-rollout-aborted.pagerdutyv2": "checkout",
             }),
         )
         .await;
@@ -472,10 +476,30 @@ async fn slack_gets_each_step_per_channel_and_a_failing_webhook_becomes_a_warnin
     })
     .await;
     assert_eq!(sends(&controller, "slack", "success").await, 2);
-    assert!(
-        cluster.notified("cart").await.len() == 2,
-        "only the Slack sends are recorded"
+    let incident = eventually(DEADLINE, "the abort at PagerDuty", || async {
+        pagerduty.received().first().cloned()
+    })
+    .await;
+    assert_eq!(incident.path, "/v2/enqueue");
+    let event: Value = serde_json::from_str(&incident.body).expect("JSON");
+    assert_eq!(
+        event,
+        json!({
+            "routing_key": "R0UTING-KEY",
+            "event_action": "trigger",
+            "payload": {"summary": "Rollout cart is aborted.", "severity": "critical", "source": "cart"}
+        })
     );
+    eventually(DEADLINE, "the PagerDuty send counted", || async {
+        (sends(&controller, "pagerdutyv2", "success").await == 1).then_some(())
+    })
+    .await;
+    eventually(
+        DEADLINE,
+        "the Slack and PagerDuty sends recorded, not the failure",
+        || async { (cluster.notified("cart").await.len() == 3).then_some(()) },
+    )
+    .await;
 }
 
 #[tokio::test]

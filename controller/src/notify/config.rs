@@ -82,11 +82,25 @@ pub struct SlackService {
     pub retry: RetryPolicy,
 }
 
+/// `service.pagerdutyv2[.<name>]`: PagerDuty's Events API v2; each recipient names an entry of
+/// `serviceKeys` (its integration key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PagerDutyService {
+    pub service_keys: BTreeMap<String, Sensitive>,
+    /// The events endpoint: PagerDuty's unless `apiURL` (our addition, for a proxy) says otherwise.
+    pub api_url: String,
+    pub retry: RetryPolicy,
+}
+
+/// PagerDuty's Events API v2 endpoint.
+pub const PAGERDUTY_EVENTS_URL: &str = "https://events.pagerduty.com/v2/enqueue";
+
 /// One configured service, by the name subscriptions use.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Service {
     Webhook(WebhookService),
     Slack(SlackService),
+    PagerDutyV2(PagerDutyService),
 }
 
 impl Service {
@@ -94,6 +108,7 @@ impl Service {
         match self {
             Self::Webhook(_) => "webhook",
             Self::Slack(_) => "slack",
+            Self::PagerDutyV2(_) => "pagerdutyv2",
         }
     }
 
@@ -101,6 +116,7 @@ impl Service {
         match self {
             Self::Webhook(webhook) => webhook.retry,
             Self::Slack(slack) => slack.retry,
+            Self::PagerDutyV2(pagerduty) => pagerduty.retry,
         }
     }
 }
@@ -182,6 +198,15 @@ struct SlackSpec {
     icon: Option<String>,
     #[serde(default)]
     insecure_skip_verify: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PagerDutySpec {
+    #[serde(default)]
+    service_keys: BTreeMap<String, String>,
+    #[serde(rename = "apiURL")]
+    api_url: Option<String>,
 }
 
 /// The most retries a service may ask for, and the longest wait between two tries: a send is
@@ -351,10 +376,33 @@ fn parse_service(
                 retry: RetryPolicy::default(),
             })
         }
+        "pagerdutyv2" => {
+            let spec: PagerDutySpec = serde_saphyr::from_str(value)
+                .map_err(|e| format!("not a pagerdutyv2 service (serviceKeys): {e}"))?;
+            if spec.service_keys.is_empty() {
+                return Err(
+                    "`serviceKeys` is empty: map each PagerDuty service to `$<secret key>` of its integration key"
+                        .to_string(),
+                );
+            }
+            Service::PagerDutyV2(PagerDutyService {
+                service_keys: spec
+                    .service_keys
+                    .into_iter()
+                    .map(|(service, key)| (service, Sensitive(expand(&key, secret))))
+                    .collect(),
+                api_url: spec
+                    .api_url
+                    .filter(|url| !url.is_empty())
+                    .unwrap_or_else(|| PAGERDUTY_EVENTS_URL.to_string()),
+                retry: RetryPolicy::default(),
+            })
+        }
         other => {
             return Err(format!(
-                "service type {other:?} is not supported yet (webhook and slack are; a Slack \
-                 incoming webhook or a Teams webhook can be sent with `service.webhook.<name>`)"
+                "service type {other:?} is not supported yet (webhook, slack and pagerdutyv2 \
+                 are; a Slack incoming webhook or a Teams workflow can be sent with \
+                 `service.webhook.<name>`)"
             ));
         }
     };
@@ -440,6 +488,10 @@ mod tests {
                 "token: $slack-token\napiURL: http://127.0.0.1:9/api\nusername: rollouts\n",
             ),
             (
+                "service.pagerdutyv2",
+                "serviceKeys:\n  checkout: $pd-checkout\n",
+            ),
+            (
                 "template.rollout-aborted",
                 "message: Rollout {{.rollout.metadata.name}} has been aborted.\n",
             ),
@@ -459,6 +511,7 @@ mod tests {
             ("hook-token", "t0k"),
             ("hook-pass", "pw"),
             ("slack-token", "xoxb"),
+            ("pd-checkout", "R0UTING"),
         ]);
         let (config, errors) = NotificationConfig::parse(&data, &secret);
         assert_eq!(errors, vec![]);
@@ -478,6 +531,11 @@ mod tests {
         };
         assert_eq!(slack.token.0, "xoxb");
         assert_eq!(slack.api_url, "http://127.0.0.1:9/api/");
+        let Some(Service::PagerDutyV2(pagerduty)) = config.services.get("pagerdutyv2") else {
+            panic!("pagerdutyv2: {:?}", config.services);
+        };
+        assert_eq!(pagerduty.service_keys["checkout"].0, "R0UTING");
+        assert_eq!(pagerduty.api_url, PAGERDUTY_EVENTS_URL);
         assert_eq!(
             config.triggers["on-purple"][0].when,
             "rollout.spec.replicas > 3"

@@ -1,14 +1,14 @@
 //! Sending a rendered notification: the generic webhook (method, URL plus the template's path,
-//! headers, basic auth, body) and Slack's `chat.postMessage`. Each send is one HTTP request;
-//! [`SendError::is_transient`] says whether trying again may help. Error texts never hold a
-//! URL, header or token: they can end up in events and logs.
+//! headers, basic auth, body), Slack's `chat.postMessage` and PagerDuty's Events API v2. Each
+//! send is one HTTP request; [`SendError::is_transient`] says whether trying again may help.
+//! Error texts never hold a URL, header or token: they can end up in events and logs.
 
 use std::time::Duration;
 
 use base64::Engine;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 
-use super::config::{Service, SlackService, WebhookService};
+use super::config::{PagerDutyService, Service, SlackService, WebhookService};
 use super::template::Notification;
 
 /// How long one request may take before it counts as a timeout.
@@ -95,7 +95,70 @@ pub async fn send(
     match service {
         Service::Webhook(webhook) => send_webhook(http, service_name, webhook, notification).await,
         Service::Slack(slack) => send_slack(http, slack, notification, recipient).await,
+        Service::PagerDutyV2(pagerduty) => {
+            send_pagerduty(http, pagerduty, notification, recipient).await
+        }
     }
+}
+
+/// PagerDuty's Events API v2: a `trigger` event for the service `recipient` names in
+/// `serviceKeys`, with the template's `pagerdutyv2` payload.
+async fn send_pagerduty(
+    http: &HttpClients,
+    pagerduty: &PagerDutyService,
+    notification: &Notification,
+    recipient: &str,
+) -> Result<(), SendError> {
+    let routing_key = pagerduty.service_keys.get(recipient).ok_or_else(|| {
+        SendError::Request(format!(
+            "recipient {recipient:?} is not in the pagerdutyv2 service's serviceKeys"
+        ))
+    })?;
+    let fields = notification.pagerduty.as_ref().ok_or_else(|| {
+        SendError::Request(
+            "the template has no pagerdutyv2 section (summary, severity, source)".to_string(),
+        )
+    })?;
+    let mut payload = serde_json::json!({
+        "summary": fields.summary,
+        "severity": fields.severity,
+        "source": fields.source,
+    });
+    for (key, value) in [
+        ("component", &fields.component),
+        ("group", &fields.group),
+        ("class", &fields.class),
+    ] {
+        if !value.is_empty() {
+            payload[key] = value.clone().into();
+        }
+    }
+    let mut event = serde_json::json!({
+        "routing_key": routing_key.0,
+        "event_action": "trigger",
+        "payload": payload,
+    });
+    if !fields.dedup_key.is_empty() {
+        event["dedup_key"] = fields.dedup_key.clone().into();
+    }
+    if !fields.url.is_empty() {
+        event["links"] = serde_json::json!([{"href": fields.url}]);
+    }
+    let response = http
+        .pick(false)
+        .post(&pagerduty.api_url)
+        .header(CONTENT_TYPE, "application/json")
+        .body(event.to_string())
+        .send()
+        .await
+        .map_err(classify)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(SendError::Status {
+            code: status.as_u16(),
+        });
+    }
+    Ok(())
 }
 
 /// As Argo's webhook service: the template's `webhook.<service>` section gives method (GET

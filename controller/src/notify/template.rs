@@ -1,6 +1,6 @@
 //! Notification templates: Go template text (rendered with the gtmpl crate) in the fields
 //! Argo's templates have (`message`, `email.subject`, `slack.attachments|blocks`,
-//! `webhook.<service>.method|path|body`), over Argo's variables: `.rollout` (the Rollout as
+//! `webhook.<service>.method|path|body`, `pagerdutyv2.*`), over Argo's variables: `.rollout` (the Rollout as
 //! JSON), `.recipient` and `.time` (`.time.Now`), with the sprig functions Argo's built-in
 //! templates use (`add`, `sub`, `mul`, `upper`, `lower`, `trim`, `quote`, `default`, `toJson`).
 
@@ -20,6 +20,30 @@ pub struct TemplateSpec {
     pub slack: Option<SlackSpec>,
     #[serde(default)]
     pub webhook: BTreeMap<String, WebhookSpec>,
+    #[serde(default)]
+    pub pagerdutyv2: Option<PagerDutySpec>,
+}
+
+/// `pagerdutyv2`: the Events API v2 payload fields Argo's template has.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PagerDutySpec {
+    #[serde(default)]
+    pub summary: String,
+    #[serde(default)]
+    pub severity: String,
+    #[serde(default)]
+    pub source: String,
+    #[serde(default)]
+    pub component: String,
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub class: String,
+    #[serde(default)]
+    pub url: String,
+    #[serde(default)]
+    pub dedup_key: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -55,6 +79,7 @@ pub struct Notification {
     pub slack_attachments: String,
     pub slack_blocks: String,
     pub webhook: BTreeMap<String, WebhookSpec>,
+    pub pagerduty: Option<PagerDutySpec>,
 }
 
 impl TemplateSpec {
@@ -80,6 +105,11 @@ impl TemplateSpec {
         for (service, webhook) in &self.webhook {
             fields.push((format!("webhook.{service}.path"), webhook.path.clone()));
             fields.push((format!("webhook.{service}.body"), webhook.body.clone()));
+        }
+        if let Some(pagerduty) = &self.pagerdutyv2 {
+            for (field, text) in pagerduty.fields() {
+                fields.push((format!("pagerdutyv2.{field}"), text.clone()));
+            }
         }
         fields
     }
@@ -110,6 +140,14 @@ impl TemplateSpec {
                 render("slack.blocks", &slack.blocks)?,
             );
         }
+        if let Some(pagerduty) = &self.pagerdutyv2 {
+            let mut rendered = PagerDutySpec::default();
+            for ((field, text), target) in pagerduty.fields().into_iter().zip(rendered.fields_mut())
+            {
+                *target = render(&format!("pagerdutyv2.{field}"), text)?;
+            }
+            into.pagerduty = Some(rendered);
+        }
         for (service, webhook) in &self.webhook {
             into.webhook.insert(
                 service.clone(),
@@ -121,6 +159,34 @@ impl TemplateSpec {
             );
         }
         Ok(())
+    }
+}
+
+impl PagerDutySpec {
+    fn fields(&self) -> [(&'static str, &String); 8] {
+        [
+            ("summary", &self.summary),
+            ("severity", &self.severity),
+            ("source", &self.source),
+            ("component", &self.component),
+            ("group", &self.group),
+            ("class", &self.class),
+            ("url", &self.url),
+            ("dedupKey", &self.dedup_key),
+        ]
+    }
+
+    fn fields_mut(&mut self) -> [&mut String; 8] {
+        [
+            &mut self.summary,
+            &mut self.severity,
+            &mut self.source,
+            &mut self.component,
+            &mut self.group,
+            &mut self.class,
+            &mut self.url,
+            &mut self.dedup_key,
+        ]
     }
 }
 
@@ -418,6 +484,23 @@ mod tests {
             ("POST", "/rollouts/shop")
         );
         assert_eq!(ops.body, r#"{"rollout": "web"}"#);
+    }
+
+    #[test]
+    fn a_pagerduty_section_renders_every_field() {
+        let spec = TemplateSpec::parse(
+            "message: m\npagerdutyv2:\n  summary: Rollout {{.rollout.metadata.name}} is aborted.\n  severity: critical\n  source: '{{.rollout.metadata.namespace}}/{{.rollout.metadata.name}}'\n  dedupKey: '{{.rollout.metadata.name}}-abort'\n",
+        )
+        .expect("parses");
+        let mut notification = Notification::default();
+        spec.render_into(&variables(&rollout(), ""), &mut notification)
+            .expect("renders");
+        let pagerduty = notification.pagerduty.expect("a pagerdutyv2 section");
+        assert_eq!(pagerduty.summary, "Rollout web is aborted.");
+        assert_eq!(pagerduty.severity, "critical");
+        assert_eq!(pagerduty.source, "shop/web");
+        assert_eq!(pagerduty.dedup_key, "web-abort");
+        assert_eq!(pagerduty.component, "");
     }
 
     #[test]
