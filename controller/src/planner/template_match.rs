@@ -17,7 +17,8 @@
 //! `terminationGracePeriodSeconds: 30`, `enableServiceLinks: true`, per container
 //! `terminationMessagePath`, `terminationMessagePolicy: File`, `imagePullPolicy` as defaulted
 //! from the image tag, port `protocol: TCP`, probe timings and `scheme: HTTP`, `fieldRef`
-//! `apiVersion: v1`, volume `defaultMode: 420`); the deprecated `serviceAccount`; `false` in
+//! `apiVersion: v1`, `resourceFieldRef` `divisor: "0"`, volume `defaultMode: 420`); the
+//! deprecated `serviceAccount`; `false` in
 //! the bool fields Go omits when false; and empty strings, lists and objects (the empty
 //! objects of a volume source, such as `emptyDir: {}`, count). Quantities are compared by
 //! value: `cpu: 0.5` and `cpu: 500m` are equal.
@@ -349,6 +350,12 @@ fn without_field_ref_default(holder: &mut Map<String, Value>) {
     if let Some(field_ref) = holder.get_mut("fieldRef").and_then(Value::as_object_mut) {
         drop_default(field_ref, "apiVersion", "v1".into());
     }
+    if let Some(resource_ref) = holder
+        .get_mut("resourceFieldRef")
+        .and_then(Value::as_object_mut)
+    {
+        drop_default(resource_ref, "divisor", "0".into());
+    }
 }
 
 /// The API server's `imagePullPolicy` default: `Always` for `:latest` or no tag (and no
@@ -438,7 +445,10 @@ mod tests {
                     "image": "registry.example.com/web:1.0",
                     "ports": [{"containerPort": 8080}],
                     "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
-                    "env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+                    "env": [
+                        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}
+                    ]
                 }],
                 "volumes": [{"name": "scratch", "emptyDir": {}}, {"name": "conf", "configMap": {"name": "web"}}]
             }
@@ -476,7 +486,10 @@ mod tests {
                         "httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
                         "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3
                     },
-                    "env": [{"name": "POD", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+                    "env": [
+                        {"name": "POD", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                        {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "0"}}}
+                    ],
                     "resources": {},
                     "terminationMessagePath": "/dev/termination-log",
                     "terminationMessagePolicy": "File"
