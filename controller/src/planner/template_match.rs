@@ -1,10 +1,10 @@
 //! Which observed ReplicaSet runs the Rollout's pod template, whatever hash it carries. Argo's
 //! `FindNewReplicaSet` (utils/replicaset/replicaset.go) looks for its own hash, then its old
-//! hash, then for a ReplicaSet whose template equals the Rollout's once the hash label, the
-//! injected ephemeral metadata and anti-affinity are removed and API-server defaults are
-//! applied to both. We do the same: our hash first, then that equality. So a ReplicaSet Argo
-//! created (under Argo's hash, which we do not compute) is the current revision, and taking
-//! over from Argo re-deploys nothing.
+//! hash, then for a ReplicaSet whose template equals the Rollout's once the hash label and the
+//! injected ephemeral metadata and anti-affinity are removed and the Rollout's template is given
+//! the API server's defaults. We do the same: our hash first, then that equality. So a
+//! ReplicaSet Argo created (under Argo's hash, which we do not compute) is the current revision,
+//! and taking over from Argo re-deploys nothing.
 //!
 //! The equality is a digest of each side's [`comparable`] form. The ReplicaSet watch cache
 //! keeps no pod templates, so it keeps this digest in their place ([`digest_holder`]).
@@ -18,10 +18,9 @@
 //! `terminationMessagePath`, `terminationMessagePolicy: File`, `imagePullPolicy` as defaulted
 //! from the image tag, port `protocol: TCP`, probe timings and `scheme: HTTP`, `fieldRef`
 //! `apiVersion: v1`, `resourceFieldRef` `divisor: "0"`, volume `defaultMode: 420`); the
-//! deprecated `serviceAccount`; `false` in
-//! the bool fields Go omits when false; and empty strings, lists and objects (the empty
-//! objects of a volume source, such as `emptyDir: {}`, count). Quantities are compared by
-//! value: `cpu: 0.5` and `cpu: 500m` are equal.
+//! deprecated `serviceAccount`; `false` in the bool fields Go omits when false; and empty
+//! strings, lists and objects (the empty objects of a volume source, such as `emptyDir: {}`,
+//! count). Quantities are compared by value: `cpu: 0.5` and `cpu: 500m` are equal.
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
