@@ -600,3 +600,46 @@ async fn a_provider_this_controller_lacks_ends_the_run_in_error_at_once() {
         "measured anyway: {status:#?}"
     );
 }
+
+/// A Secret the controller may not read (403, as RBAC answers) ends the run in Error with the
+/// API's reason and what to grant, instead of the run staying Running while every reconcile
+/// fails; nothing is measured without it.
+#[tokio::test]
+async fn a_secret_the_controller_may_not_read_ends_the_run_in_error_saying_so() {
+    let h = Harness::start("rollouts-analysisrun", &["--log-level", "info"]).await;
+    h.sim.set_faults(rollouts_e2e::sim::Faults {
+        forbidden: vec![(String::new(), "secrets".to_string())],
+        ..Default::default()
+    });
+    let query = "success_rate{run=\"forbidden-secret\"}";
+    h.prometheus.values(query, &["0.99"]);
+    let mut manifest = run_manifest(
+        "forbidden-secret",
+        json!({"provider": {"prometheus": {
+            "query": query,
+            "headers": [{"key": "Authorization", "value": "Bearer {{args.token}}"}],
+        }}}),
+        query,
+        "result[0] >= 0.95",
+    );
+    manifest["spec"]["args"] = json!([
+        {"name": "token", "valueFrom": {"secretKeyRef": {"name": "prometheus-token", "key": "token"}}},
+    ]);
+    h.create(manifest).await;
+
+    let status = h.wait_completed("forbidden-secret").await;
+    assert_eq!(status.phase, AnalysisPhase::Error, "{status:#?}");
+    assert!(
+        status.message.contains("\"prometheus-token\"")
+            && status.message.contains("403 Forbidden")
+            && status
+                .message
+                .contains("grant the controller get on secrets"),
+        "{}",
+        status.message
+    );
+    assert!(
+        h.prometheus.queries(query).is_empty(),
+        "measured without its secret"
+    );
+}

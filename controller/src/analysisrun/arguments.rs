@@ -35,6 +35,16 @@ pub enum SecretError {
         "key '{key}' does not exist in secret '{secret}': add it or fix valueFrom.secretKeyRef.key"
     )]
     MissingKey { secret: String, key: String },
+    /// A refusal no retry mends (403 Forbidden, 401, a malformed answer): the run ends in
+    /// Error saying so, instead of retrying forever with the run Running.
+    #[error(
+        "secret {secret:?} in namespace {namespace} cannot be read: {reason}: grant the controller get on secrets there, or fix valueFrom.secretKeyRef.name"
+    )]
+    Unreadable {
+        secret: String,
+        namespace: String,
+        reason: String,
+    },
     /// Never seen: every secretKeyRef of the spec is read before arguments are resolved.
     #[error("not read")]
     NotRead,
@@ -92,7 +102,8 @@ fn metadata_field(run: &AnalysisRun, path: &str) -> Option<String> {
 }
 
 /// Reads every Secret key the arguments name: the value, or why it cannot be had (missing
-/// Secret or key), by (secret, key).
+/// Secret or key, or a refusal no retry mends, such as 403), by (secret, key). A passing
+/// failure (5xx, 429, no answer) is the reconcile's error: it backs off and reads again.
 pub(super) async fn read_secrets(
     run: &AnalysisRun,
     namespace: &str,
@@ -100,7 +111,8 @@ pub(super) async fn read_secrets(
     ctx: &AnalysisContext,
 ) -> Result<BTreeMap<(String, String), Result<String, SecretError>>> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let mut read: BTreeMap<String, Option<Secret>> = BTreeMap::new();
+    // By Secret name: the Secret, none, or why it could not be read.
+    let mut read: BTreeMap<String, std::result::Result<Option<Secret>, String>> = BTreeMap::new();
     let mut values = BTreeMap::new();
     for arg in &spec.args {
         let Some(reference) = arg
@@ -111,24 +123,33 @@ pub(super) async fn read_secrets(
             continue;
         };
         if !read.contains_key(&reference.name) {
-            let secret =
-                api.get_opt(&reference.name)
-                    .await
-                    .map_err(|source| Error::ReadSecret {
+            let secret = match api.get_opt(&reference.name).await {
+                Ok(secret) => Ok(secret),
+                // A passing failure: the reconcile backs off and reads again.
+                Err(source) if crate::error::is_transient(&source) => {
+                    return Err(Error::ReadSecret {
                         namespace: namespace.to_string(),
                         secret: reference.name.clone(),
                         argument: arg.name.clone(),
                         run: run.name_any(),
                         source: Box::new(source),
-                    })?;
+                    });
+                }
+                Err(source) => Err(unreadable_reason(&source)),
+            };
             read.insert(reference.name.clone(), secret);
         }
-        let value = match read.get(&reference.name).and_then(Option::as_ref) {
-            None => Err(SecretError::NotFound {
+        let value = match read.get(&reference.name) {
+            Some(Err(reason)) => Err(SecretError::Unreadable {
+                secret: reference.name.clone(),
+                namespace: namespace.to_string(),
+                reason: reason.clone(),
+            }),
+            Some(Ok(None)) | None => Err(SecretError::NotFound {
                 secret: reference.name.clone(),
                 namespace: namespace.to_string(),
             }),
-            Some(secret) => secret
+            Some(Ok(Some(secret))) => secret
                 .data
                 .as_ref()
                 .and_then(|data| data.get(&reference.key))
@@ -141,6 +162,16 @@ pub(super) async fn read_secrets(
         values.insert((reference.name.clone(), reference.key.clone()), value);
     }
     Ok(values)
+}
+
+/// What the API server said when refusing a Secret read, without anything the Secret holds.
+fn unreadable_reason(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => {
+            format!("{} {}: {}", status.code, status.reason, status.message)
+        }
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]

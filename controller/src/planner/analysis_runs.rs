@@ -182,18 +182,35 @@ fn resolve_rollout_args(
     Ok(resolved)
 }
 
-/// The value at a field path such as `metadata.name` or `metadata.labels['app']`.
+/// The value at a field path such as `metadata.name`, `spec.replicas` or
+/// `metadata.labels['app.kubernetes.io/name']` (the key in brackets may hold dots and
+/// slashes). A key missing from a map (or a Rollout without labels or annotations) is empty,
+/// as Kubernetes' field paths read it and Argo passes it on; any other field that is not there
+/// is None.
 fn field_value(object: &Value, path: &str) -> Option<String> {
+    let (fields, key) = match path.split_once("['") {
+        Some((fields, rest)) => (fields, Some(rest.strip_suffix("']")?)),
+        None => (path, None),
+    };
     let mut current = object;
-    for segment in path.split('.') {
-        let (field, key) = match segment.split_once("['") {
-            Some((field, rest)) => (field, rest.strip_suffix("']")),
-            None => (segment, None),
-        };
-        current = current.get(field)?;
-        if let Some(key) = key {
-            current = current.get(key)?;
+    for field in fields.split('.') {
+        match current.get(field) {
+            Some(next) => current = next,
+            // A Rollout without labels or annotations has none of their keys.
+            None if key.is_some()
+                && matches!(fields, "metadata.labels" | "metadata.annotations") =>
+            {
+                return Some(String::new());
+            }
+            None => return None,
         }
+    }
+    if let Some(key) = key {
+        return match current.get(key) {
+            Some(Value::String(text)) => Some(text.clone()),
+            Some(Value::Null) | None => current.is_object().then(String::new),
+            Some(other) => Some(other.to_string()),
+        };
     }
     match current {
         Value::String(text) => Some(text.clone()),
@@ -278,6 +295,28 @@ mod tests {
             Some("shop")
         );
         assert_eq!(field_value(&object, "spec.replicas").as_deref(), Some("4"));
-        assert_eq!(field_value(&object, "metadata.labels['absent']"), None);
+        assert_eq!(
+            field_value(&object, "metadata.labels['absent']").as_deref(),
+            Some("")
+        );
+        assert_eq!(field_value(&object, "spec.absent"), None);
+        assert_eq!(
+            field_value(&object, "metadata.annotations['absent']").as_deref(),
+            Some("")
+        );
+    }
+
+    #[test]
+    fn a_bracketed_key_may_hold_dots_and_slashes() {
+        let object = json!({"metadata": {"labels": {"app.kubernetes.io/name": "checkout"}}});
+        assert_eq!(
+            field_value(&object, "metadata.labels['app.kubernetes.io/name']").as_deref(),
+            Some("checkout")
+        );
+        assert_eq!(
+            field_value(&object, "metadata.labels['app.kubernetes.io/part-of']").as_deref(),
+            Some("")
+        );
+        assert_eq!(field_value(&object, "metadata.labels['unclosed"), None);
     }
 }

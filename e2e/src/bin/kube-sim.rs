@@ -162,6 +162,7 @@ fn main() -> ExitCode {
                 user_agent_prefix: args.cut_user_agent.clone(),
                 after_writes,
             }),
+            forbidden: Vec::new(),
         },
         request_log_file: args.request_log,
         event_log_capacity: args.event_log_capacity,

@@ -27,6 +27,9 @@ pub struct Faults {
     pub random: RandomFaults,
     /// One client is no longer served after its Nth write (see [`WriteCut`]).
     pub write_cut: Option<WriteCut>,
+    /// Requests on these (group, resource) pairs are answered 403 Forbidden, as an API server
+    /// whose RBAC does not grant them would answer (`""` is the core group).
+    pub forbidden: Vec<(String, String)>,
 }
 
 /// Faults drawn from the server's fault generator ([`FaultLog`]), seeded so a soak can be
@@ -334,6 +337,13 @@ impl Faults {
     /// The rule holding requests on `resource` of `group`, if any.
     pub fn hold(&self, group: &str, resource: &str) -> Option<&Hold> {
         self.holds.iter().find(|hold| hold.matches(group, resource))
+    }
+
+    /// Whether requests on `resource` of `group` are refused as forbidden.
+    pub fn forbids(&self, group: &str, resource: &str) -> bool {
+        self.forbidden
+            .iter()
+            .any(|(g, r)| g == group && r == resource)
     }
 
     /// Draws the fault for one request.

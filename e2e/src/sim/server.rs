@@ -307,6 +307,15 @@ async fn resource(sim: &Arc<Sim>, request: ApiRequest) -> Response<Body> {
             "injected fault: this client is cut off after its last allowed write (write-cut rule)",
         ));
     }
+    if faults.forbids(&request.path.group, &request.path.plural) {
+        let p = &request.path;
+        return error_response(&ApiError::forbidden(
+            &p.group,
+            &p.plural,
+            p.name.as_deref().unwrap_or_default(),
+            "injected fault: the client's RBAC does not allow this (forbid rule)",
+        ));
+    }
     let (injected, spike) = sim.fault_log.draw(&faults, request.verb.is_write());
     if !spike.is_zero() {
         tokio::time::sleep(spike).await;
