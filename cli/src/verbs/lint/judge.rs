@@ -81,7 +81,8 @@ pub fn advise(document: &Value) -> Vec<Finding> {
             .get("minSamples")
             .and_then(Value::as_u64)
             .unwrap_or(DEFAULT_MIN_SAMPLES);
-        let samples = (window.as_secs_f64() / step.as_secs_f64()).floor() as u64;
+        // A range query's points run from start to end inclusive.
+        let samples = (window.as_secs_f64() / step.as_secs_f64()).floor() as u64 + 1;
         if samples < min_samples {
             findings.push(Finding::new(
                 Severity::Warning,
@@ -91,7 +92,8 @@ pub fn advise(document: &Value) -> Vec<Finding> {
                      side, fewer than minSamples {min_samples}: every measurement is NoData"
                 ),
                 format!(
-                    "lengthen window to at least {min_samples} x {step_text}, or lower minSamples"
+                    "lengthen window to at least {} x {step_text}, or lower minSamples",
+                    min_samples - 1
                 ),
             ));
         }
@@ -225,7 +227,7 @@ mod tests {
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert_eq!(findings[0].path, "spec.metrics[0].provider.judge.window");
         assert!(
-            findings[0].reason.contains("at most 5 samples"),
+            findings[0].reason.contains("at most 6 samples"),
             "{findings:?}"
         );
     }
