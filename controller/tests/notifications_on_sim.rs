@@ -586,3 +586,127 @@ async fn every_step_reaches_its_webhook_once_in_order_while_a_hanging_receiver_h
     );
     assert_eq!(sends(&controller, "steps", "success").await, STEPS as u64);
 }
+
+/// Mails a [`MailServer`] took: each one's envelope recipients and data.
+type Mails = Arc<Mutex<Vec<(Vec<String>, String)>>>;
+
+/// A loopback SMTP server without TLS or AUTH: keeps each mail's envelope recipients and data.
+struct MailServer {
+    port: u16,
+    mails: Mails,
+    server: JoinHandle<()>,
+}
+
+impl MailServer {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds loopback");
+        let port = listener.local_addr().expect("address").port();
+        let mails = Arc::new(Mutex::new(Vec::new()));
+        let kept = mails.clone();
+        let server = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let _ = smtp_session(stream, kept).await;
+                });
+            }
+        });
+        Self {
+            port,
+            mails,
+            server,
+        }
+    }
+
+    fn mails(&self) -> Vec<(Vec<String>, String)> {
+        self.mails.lock().expect("mails").clone()
+    }
+}
+
+impl Drop for MailServer {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn smtp_session(stream: TcpStream, kept: Mails) -> std::io::Result<()> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    write.write_all(b"220 mail.test ESMTP\r\n").await?;
+    let mut recipients = Vec::new();
+    while let Some(line) = lines.next_line().await? {
+        let command = line.to_ascii_uppercase();
+        if command.starts_with("EHLO") || command.starts_with("HELO") {
+            write
+                .write_all(b"250-mail.test\r\n250 8BITMIME\r\n")
+                .await?;
+        } else if command.starts_with("RCPT TO:") {
+            recipients.push(line[8..].trim().trim_matches(['<', '>']).to_string());
+            write.write_all(b"250 OK\r\n").await?;
+        } else if command.starts_with("DATA") {
+            write.write_all(b"354 go on\r\n").await?;
+            let mut data = String::new();
+            while let Some(line) = lines.next_line().await? {
+                if line == "." {
+                    break;
+                }
+                data.push_str(&line);
+                data.push('\n');
+            }
+            kept.lock()
+                .expect("mails")
+                .push((std::mem::take(&mut recipients), data));
+            write.write_all(b"250 queued\r\n").await?;
+        } else if command.starts_with("QUIT") {
+            write.write_all(b"221 bye\r\n").await?;
+            return Ok(());
+        } else {
+            write.write_all(b"250 OK\r\n").await?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_aborted_canary_mails_each_subscribed_address_once() {
+    let cluster = Cluster::start("email");
+    let mail = MailServer::start().await;
+    cluster
+        .configure(
+            json!({
+                "service.email": format!("host: 127.0.0.1\nport: {}\nfrom: $mail-from\n", mail.port),
+                "template.rollout-aborted": "message: Rollout {{.rollout.metadata.name}} has been aborted.\nemail:\n  subject: Rollout {{.rollout.metadata.name}} aborted\n",
+            }),
+            json!({"mail-from": "rollouts@example.com"}),
+        )
+        .await;
+    let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    cluster
+        .paused_canary(
+            "pay",
+            json!({"notifications.argoproj.io/subscribe.on-rollout-aborted.email": "dev@example.com;ops@example.com"}),
+        )
+        .await;
+    cluster.abort("pay").await;
+    let mails = eventually(DEADLINE, "a mail to each address", || async {
+        let mails = mail.mails();
+        (mails.len() == 2).then_some(mails)
+    })
+    .await;
+    let mut to: Vec<String> = mails.iter().flat_map(|(rcpt, _)| rcpt.clone()).collect();
+    to.sort();
+    assert_eq!(to, ["dev@example.com", "ops@example.com"]);
+    for (_, data) in &mails {
+        assert!(data.contains("Subject: Rollout pay aborted"), "{data}");
+        assert!(data.contains("From: rollouts@example.com"), "{data}");
+        assert!(data.contains("Rollout pay has been aborted."), "{data}");
+    }
+    eventually(DEADLINE, "both sends counted and recorded", || async {
+        let counted = sends(&controller, "email", "success").await == 2;
+        (counted && cluster.notified("pay").await.len() == 2).then_some(())
+    })
+    .await;
+}

@@ -2,7 +2,7 @@
 //! the ConfigMap `argo-rollouts-notification-configmap` and Secret
 //! `argo-rollouts-notification-secret` in the controller's namespace (watched), subscriptions
 //! by annotation on each Rollout, triggers named after the Rollout's events (`RolloutAborted`
-//! fires `on-rollout-aborted`), Go templates, and webhook, Slack and PagerDuty v2 services.
+//! fires `on-rollout-aborted`), Go templates, and webhook, Slack, PagerDuty v2 and email services.
 //!
 //! A reconcile only hands its events to [`Notifier::notify`], which never waits: conditions,
 //! rendering and sending happen on a task of their own, one Rollout's notifications in order,

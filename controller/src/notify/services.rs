@@ -1,6 +1,6 @@
 //! Sending a rendered notification: the generic webhook (method, URL plus the template's path,
-//! headers, basic auth, body), Slack's `chat.postMessage` and PagerDuty's Events API v2. Each
-//! send is one HTTP request; [`SendError::is_transient`] says whether trying again may help.
+//! headers, basic auth, body), Slack's `chat.postMessage`, PagerDuty's Events API v2 and email
+//! over SMTP. [`SendError::is_transient`] says whether trying again may help.
 //! Error texts never hold a URL, header or token: they can end up in events and logs.
 
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use base64::Engine;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 
-use super::config::{PagerDutyService, Service, SlackService, WebhookService};
+use super::config::{EmailService, PagerDutyService, Service, SlackService, WebhookService};
 use super::template::Notification;
 
 /// How long one request may take before it counts as a timeout.
@@ -27,6 +27,8 @@ pub enum SendError {
     Connect(String),
     #[error("Slack refused the message: {0}")]
     Slack(String),
+    #[error("the mail server refused the message: {message}")]
+    Smtp { message: String, transient: bool },
     #[error("the request could not be built: {0}")]
     Request(String),
 }
@@ -38,6 +40,7 @@ impl SendError {
             Self::Status { code } => *code >= 500 || *code == 429 || *code == 408,
             Self::Timeout | Self::Connect(_) => true,
             Self::Slack(error) => error == "ratelimited",
+            Self::Smtp { transient, .. } => *transient,
             Self::Request(_) => false,
         }
     }
@@ -98,7 +101,68 @@ pub async fn send(
         Service::PagerDutyV2(pagerduty) => {
             send_pagerduty(http, pagerduty, notification, recipient).await
         }
+        Service::Email(email) => send_email(email, notification, recipient).await,
     }
+}
+
+/// One mail to `recipient`: the template's `email.subject` and its `message` as the body (HTML
+/// with `html: true`). STARTTLS when the server offers it; TLS from the start on port 465.
+async fn send_email(
+    email: &EmailService,
+    notification: &Notification,
+    recipient: &str,
+) -> Result<(), SendError> {
+    use lettre::message::header::ContentType;
+    use lettre::transport::smtp::authentication::Credentials;
+    use lettre::transport::smtp::client::{Tls, TlsParameters};
+    use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+
+    let address = |text: &str, what: &str| {
+        text.parse::<lettre::message::Mailbox>().map_err(|e| {
+            SendError::Request(format!("{what} {text:?} is not an email address: {e}"))
+        })
+    };
+    let message = Message::builder()
+        .from(address(&email.from, "the service's `from`")?)
+        .to(address(recipient, "the recipient")?)
+        .subject(notification.email_subject.clone())
+        .header(if email.html {
+            ContentType::TEXT_HTML
+        } else {
+            ContentType::TEXT_PLAIN
+        })
+        .body(notification.message.clone())
+        .map_err(|e| SendError::Request(format!("the mail could not be built: {e}")))?;
+    let tls_parameters = TlsParameters::builder(email.host.clone())
+        .dangerous_accept_invalid_certs(email.insecure_skip_verify)
+        .build()
+        .map_err(|e| SendError::Request(format!("TLS settings for the mail server: {e}")))?;
+    let tls = if email.port == 465 {
+        Tls::Wrapper(tls_parameters)
+    } else {
+        Tls::Opportunistic(tls_parameters)
+    };
+    let mut transport = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(email.host.clone())
+        .port(email.port)
+        .tls(tls)
+        .timeout(Some(REQUEST_TIMEOUT));
+    if !email.username.0.is_empty() {
+        transport = transport.credentials(Credentials::new(
+            email.username.0.clone(),
+            email.password.0.clone(),
+        ));
+    }
+    transport
+        .build()
+        .send(message)
+        .await
+        .map(|_| ())
+        .map_err(|error| SendError::Smtp {
+            // A 4xx answer, a timeout or a lost connection may pass; a 5xx or our own mistake
+            // will not.
+            transient: !error.is_permanent() && !error.is_client(),
+            message: error.to_string(),
+        })
 }
 
 /// PagerDuty's Events API v2: a `trigger` event for the service `recipient` names in
