@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::verbs;
 
 /// Manage Rollouts: get, list, status, plan, promote, abort, retry, pause, restart, set image,
-/// undo, create analysisrun, lint.
+/// undo, create analysisrun, lint, dashboard.
 #[derive(Debug, Parser)]
 #[command(name = "kubectl-rollouts", bin_name = "kubectl-rollouts", version)]
 pub struct Cli {
@@ -80,6 +80,8 @@ pub enum Command {
     /// Terminate a running AnalysisRun.
     #[command(subcommand)]
     Terminate(verbs::terminate::Kind),
+    /// Serve a web dashboard of the rollouts (live, with charts and actions) on loopback.
+    Dashboard(crate::dashboard::Args),
     /// Print, step by step, the replica counts and weights a rollout would go through.
     Plan(verbs::plan::Args),
     /// Lint and validate Rollout and AnalysisTemplate manifests in a file.

@@ -1,0 +1,154 @@
+//! The buttons of a Rollout's page: each sends the very patches the plugin's verb sends (built
+//! by the verb's own function), with the user's credentials, and answers with the verb's
+//! sentence or the API's error.
+
+use k8s_openapi::jiff::Timestamp;
+use std::time::Duration;
+
+use crate::cluster::Cluster;
+use crate::error::Result;
+use crate::patch::PatchRequest;
+use crate::verbs::{abort, pause, promote, restart, resume, retry};
+
+/// What a button asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Promote,
+    PromoteFull,
+    Abort,
+    Retry,
+    Pause,
+    Resume,
+    Restart,
+}
+
+impl Action {
+    pub const ALL: [Action; 7] = [
+        Action::Promote,
+        Action::PromoteFull,
+        Action::Abort,
+        Action::Retry,
+        Action::Pause,
+        Action::Resume,
+        Action::Restart,
+    ];
+
+    /// The action's name in URLs.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Action::Promote => "promote",
+            Action::PromoteFull => "promote-full",
+            Action::Abort => "abort",
+            Action::Retry => "retry",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Restart => "restart",
+        }
+    }
+
+    pub fn parse(slug: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.slug() == slug)
+    }
+
+    /// The button's text.
+    pub fn label(self) -> &'static str {
+        match self {
+            Action::Promote => "Promote",
+            Action::PromoteFull => "Promote full",
+            Action::Abort => "Abort",
+            Action::Retry => "Retry",
+            Action::Pause => "Pause",
+            Action::Resume => "Resume",
+            Action::Restart => "Restart",
+        }
+    }
+
+    /// The question the page asks before sending.
+    pub fn confirmation(self, name: &str) -> String {
+        match self {
+            Action::Promote => format!("Promote rollout '{name}' to its next step?"),
+            Action::PromoteFull => format!(
+                "Promote rollout '{name}' fully, skipping its remaining steps, pauses and analyses?"
+            ),
+            Action::Abort => {
+                format!("Abort rollout '{name}' and send all traffic back to the stable version?")
+            }
+            Action::Retry => format!("Retry aborted rollout '{name}'?"),
+            Action::Pause => format!("Pause rollout '{name}' (sets spec.paused)?"),
+            Action::Resume => format!("Resume rollout '{name}' (clears spec.paused)?"),
+            Action::Restart => format!("Restart every pod of rollout '{name}'?"),
+        }
+    }
+}
+
+/// Sends `action` to rollout `name` in `cluster`'s namespace; the sentence the plugin prints.
+pub async fn perform(cluster: &Cluster, name: &str, action: Action) -> Result<String> {
+    let send = async |patches: Vec<PatchRequest>| -> Result<bool> {
+        for patch in &patches {
+            cluster.apply(patch).await?;
+        }
+        Ok(!patches.is_empty())
+    };
+    match action {
+        Action::Promote | Action::PromoteFull => {
+            let full = action == Action::PromoteFull;
+            let rollout = cluster.rollout(name).await?;
+            let patched = send(promote::promote_patch(&rollout, full)).await?;
+            Ok(promote::promote_message(name, full, patched))
+        }
+        Action::Abort => {
+            send(vec![abort::abort_patch(name)]).await?;
+            Ok(format!("rollout '{name}' aborted"))
+        }
+        Action::Retry => {
+            send(vec![retry::retry_patch(name)]).await?;
+            Ok(format!("rollout '{name}' retried"))
+        }
+        Action::Pause => {
+            send(vec![pause::pause_patch(name)]).await?;
+            Ok(format!("rollout '{name}' paused"))
+        }
+        Action::Resume => {
+            let rollout = cluster.rollout(name).await?;
+            match resume::resume_patch(&rollout) {
+                Some(patch) => {
+                    send(vec![patch]).await?;
+                    Ok(format!("rollout '{name}' resumed"))
+                }
+                None => Ok(resume::not_paused_message(&rollout)),
+            }
+        }
+        Action::Restart => {
+            send(vec![restart::restart_patch(
+                name,
+                Timestamp::now(),
+                Duration::ZERO,
+            )?])
+            .await?;
+            Ok(format!(
+                "rollout '{name}' restarts in {}",
+                rollouts_crds::duration::format(Duration::ZERO)
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_action_round_trips_through_its_url_name() {
+        for action in Action::ALL {
+            assert_eq!(Action::parse(action.slug()), Some(action));
+        }
+        assert_eq!(Action::parse("delete"), None);
+    }
+
+    #[test]
+    fn confirmations_name_the_rollout() {
+        for action in Action::ALL {
+            assert!(action.confirmation("web").contains("'web'"), "{action:?}");
+        }
+    }
+}

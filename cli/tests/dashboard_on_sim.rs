@@ -1,0 +1,536 @@
+//! `kubectl rollouts dashboard` through the real `kubectl` against an in-process kube-sim: the
+//! overview lists the Rollouts, a change made with kubectl arrives on the page's live stream,
+//! promote from the page promotes, and a user the API server forbids to patch gets the API's
+//! own message. No controller runs: the tests write status where a controller would.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use rollouts_e2e::sim::{SimHandle, SimOptions, start};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+// A deadline, not a timing: the suite shares 2 cores with parallel builds in CI.
+const DEADLINE: Duration = Duration::from_secs(45);
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+}
+
+struct World {
+    sim: SimHandle,
+    dir: PathBuf,
+    client: kube::Client,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn world(label: &str) -> World {
+    assert!(
+        on_path("kubectl").is_some(),
+        "kubectl is not on PATH: these tests drive the real kubectl 1.32 (CI has it)"
+    );
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
+    let sim = start(SimOptions {
+        crd_dirs: vec![crds],
+        pod_ready_after: Duration::from_millis(100),
+        metrics_listen: None,
+        ..SimOptions::default()
+    })
+    .expect("kube-sim starts");
+    let dir = std::env::temp_dir().join(format!(
+        "kubectl-rollouts-dashboard-{label}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(dir.join("cache")).expect("temp dir");
+    sim.write_kubeconfig(&dir.join("kubeconfig"))
+        .expect("write kubeconfig");
+    let config = kube::Config::new(sim.url().parse().expect("sim URL"));
+    let client = kube::Client::try_from(config).expect("client");
+    World { sim, dir, client }
+}
+
+impl World {
+    fn path_var(&self) -> std::ffi::OsString {
+        let plugin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-rollouts"))
+            .parent()
+            .expect("the binary has a directory")
+            .to_path_buf();
+        let rest = std::env::var_os("PATH").unwrap_or_default();
+        std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(&rest)))
+            .expect("PATH joins")
+    }
+
+    /// `kubectl ARGS` with `kubeconfig` and this world's cache.
+    fn kubectl(&self, kubeconfig: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new("kubectl");
+        command
+            .args(args)
+            .env("PATH", self.path_var())
+            .env("KUBECONFIG", kubeconfig)
+            .env("KUBECACHEDIR", self.dir.join("cache"))
+            .env("HOME", &self.dir);
+        command
+    }
+
+    fn rollouts(&self) -> Api<DynamicObject> {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"),
+            "rollouts",
+        );
+        Api::namespaced_with(self.client.clone(), "default", &resource)
+    }
+
+    async fn rollout(&self, name: &str) -> Value {
+        serde_json::to_value(self.rollouts().get(name).await.expect("rollout exists"))
+            .expect("JSON")
+    }
+
+    async fn patch_status(&self, name: &str, status: Value) {
+        self.rollouts()
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .expect("status patch");
+    }
+
+    /// `kubectl rollouts dashboard --port 0` with `kubeconfig`; the dashboard and its URL.
+    fn dashboard(&self, kubeconfig: &Path) -> Dashboard {
+        let mut child = self
+            .kubectl(kubeconfig, &["rollouts", "dashboard", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kubectl runs");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = sender.send(line);
+        });
+        let line = receiver
+            .recv_timeout(DEADLINE)
+            .expect("the dashboard printed its address in time");
+        let authority = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Dashboard { child, authority }
+    }
+}
+
+/// A running dashboard, stopped when dropped.
+struct Dashboard {
+    child: Child,
+    authority: String,
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 exchange on its own connection: the status and the body.
+async fn exchange(authority: &str, method: &str, path: &str, headers: &[&str]) -> (u16, String) {
+    let mut stream = TcpStream::connect(authority)
+        .await
+        .expect("dashboard answers");
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: 0\r\n");
+    if !headers
+        .iter()
+        .any(|h| h.to_lowercase().starts_with("host:"))
+    {
+        request.push_str(&format!("Host: {authority}\r\n"));
+    }
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+impl Dashboard {
+    async fn get(&self, path: &str) -> (u16, String) {
+        exchange(&self.authority, "GET", path, &[]).await
+    }
+
+    async fn post(&self, path: &str) -> (u16, String) {
+        exchange(
+            &self.authority,
+            "POST",
+            path,
+            &["X-Rollouts-Dashboard: action"],
+        )
+        .await
+    }
+
+    /// Opens a live stream; everything it receives is appended to the returned text.
+    async fn stream(&self, path: &str) -> Arc<Mutex<String>> {
+        let mut stream = TcpStream::connect(&self.authority)
+            .await
+            .expect("dashboard answers");
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
+            self.authority
+        );
+        stream.write_all(request.as_bytes()).await.expect("send");
+        let received = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&received);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stream).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut text = sink.lock().expect("stream text");
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        received
+    }
+}
+
+/// Polls `check` every 20 ms until it gives Some, failing after `DEADLINE`.
+async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn rollout(name: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": image}]}
+            },
+            "strategy": {"canary": {"steps": [{"setWeight": 50}, {"pause": {}}, {"setWeight": 100}]}}
+        }
+    })
+}
+
+fn paused_at_step_one() -> Value {
+    json!({
+        "observedGeneration": "1", "currentStepIndex": 1, "conditions": [],
+        "currentPodHash": "bbb", "stableRS": "aaa",
+        "pauseConditions": [{"reason": "CanaryPauseStep", "startTime": "2026-01-01T00:00:00Z"}],
+        "replicas": 2, "updatedReplicas": 1, "readyReplicas": 2, "availableReplicas": 2
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_lists_streams_changes_and_promotes() {
+    let world = world("main");
+    let created = world
+        .sim
+        .create("default", rollout("web", "web:1"))
+        .expect("seed web");
+    world
+        .sim
+        .create("default", rollout("api", "api:1"))
+        .expect("seed api");
+    world.patch_status("web", paused_at_step_one()).await;
+    let kubeconfig = world.dir.join("kubeconfig");
+    let dashboard = world.dashboard(&kubeconfig);
+
+    // Given: the overview lists both Rollouts (once the watches have listed them).
+    let overview = eventually("the overview to list web and api", async || {
+        let (status, body) = dashboard.get("/").await;
+        assert_eq!(status, 200, "{body}");
+        (body.contains("id=\"row:default:web\"") && body.contains("id=\"row:default:api\""))
+            .then_some(body)
+    })
+    .await;
+    assert!(overview.contains("॥ Paused"), "{overview}");
+    assert!(overview.contains("<td>1/3</td>"), "{overview}");
+    assert!(
+        overview.contains("web:1") && overview.contains("api:1"),
+        "{overview}"
+    );
+    assert!(
+        !overview.contains("https://"),
+        "nothing from a CDN: {overview}"
+    );
+    let (status, script) = dashboard.get("/assets/app.js").await;
+    assert_eq!(status, 200);
+    assert!(script.contains("EventSource"), "{script}");
+
+    // When: the image is changed with kubectl, the overview's stream carries the new row.
+    let live = dashboard.stream("/events/overview").await;
+    eventually("the stream's first rows", async || {
+        live.lock()
+            .expect("text")
+            .contains("event: row")
+            .then_some(())
+    })
+    .await;
+    let changed_at = Instant::now();
+    let patched = world
+        .kubectl(
+            &kubeconfig,
+            &[
+                "patch", "rollout", "web", "--type", "merge", "-p",
+                r#"{"spec":{"template":{"spec":{"containers":[{"name":"main","image":"web:2"}]}}}}"#,
+            ],
+        )
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        patched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&patched.stderr)
+    );
+    let patch_done = changed_at.elapsed();
+    eventually("web:2 on the live stream", async || {
+        live.lock().expect("text").contains("web:2").then_some(())
+    })
+    .await;
+    println!(
+        "live update: kubectl patch took {patch_done:?}; the row arrived {:?} after kubectl returned",
+        changed_at.elapsed() - patch_done
+    );
+
+    // The Rollout's page: the plugin's tree, the steps with the current one marked, buttons.
+    let (status, page) = dashboard.get("/rollouts/default/web").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Name:") && page.contains("web"), "{page}");
+    assert!(page.contains("◀ current, paused"), "{page}");
+    assert!(
+        page.contains("data-url=\"/api/rollouts/default/web/promote\""),
+        "{page}"
+    );
+    assert!(page.contains("data-stream=\"/events/rollouts/default/web?page=detail\""));
+
+    // The analysis page plots a run the Rollout owns.
+    let uid = created["metadata"]["uid"].as_str().expect("uid");
+    world
+        .sim
+        .create(
+            "default",
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisRun",
+                "metadata": {"name": "web-bbb-2", "namespace": "default",
+                    "ownerReferences": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                                         "name": "web", "uid": uid, "controller": true}]},
+                "spec": {"metrics": [{"name": "success-rate", "successCondition": "result[0] >= 0.95",
+                    "provider": {"web": {"url": "http://example.invalid"}}}]}
+            }),
+        )
+        .expect("seed the run");
+    let runs = Api::<DynamicObject>::namespaced_with(
+        world.client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "AnalysisRun"),
+            "analysisruns",
+        ),
+    );
+    runs.patch_status(
+        "web-bbb-2",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "metricResults": [
+            {"name": "success-rate", "phase": "Running", "measurements": [
+                {"phase": "Successful", "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:00Z", "value": "[0.99]"},
+                {"phase": "Successful", "startedAt": "2026-01-01T00:00:30Z", "finishedAt": "2026-01-01T00:00:30Z", "value": "[0.97]"}
+            ]}]}})),
+    )
+    .await
+    .expect("run status");
+    let analysis = eventually("the run's chart", async || {
+        let (_, body) = dashboard.get("/rollouts/default/web/analysis").await;
+        body.contains("<svg").then_some(body)
+    })
+    .await;
+    assert!(analysis.contains("success-rate: Running"), "{analysis}");
+    assert_eq!(analysis.matches("<circle").count(), 2, "{analysis}");
+
+    // Actions need the page's header; with it, promote sends the plugin's patch.
+    let (status, _) = exchange(
+        &dashboard.authority,
+        "POST",
+        "/api/rollouts/default/web/promote",
+        &[],
+    )
+    .await;
+    assert_eq!(
+        status, 403,
+        "an action without the page's header is refused"
+    );
+    let (status, body) = dashboard.post("/api/rollouts/default/web/promote").await;
+    assert_eq!((status, body.as_str()), (200, "rollout 'web' promoted"));
+    let promoted = world.rollout("web").await;
+    assert!(
+        promoted["status"]["pauseConditions"].is_null(),
+        "{promoted}"
+    );
+    let (status, body) = dashboard.post("/api/rollouts/default/web/abort").await;
+    assert_eq!((status, body.as_str()), (200, "rollout 'web' aborted"));
+    assert_eq!(world.rollout("web").await["status"]["abort"], true);
+    let (status, body) = dashboard.post("/api/rollouts/default/nope/abort").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("NotFound"), "{body}");
+
+    // A request naming another host (a DNS-rebinding page) is refused.
+    let (status, _) = exchange(
+        &dashboard.authority,
+        "GET",
+        "/",
+        &["Host: evil.example:3100"],
+    )
+    .await;
+    assert_eq!(status, 403);
+}
+
+/// The API server's answer to a user who may read but not patch, as kube-apiserver words it.
+fn forbidden(method: &str, path: &str) -> String {
+    // /apis/argoproj.io/v1alpha1/namespaces/NS/rollouts/NAME[/status]
+    let parts: Vec<&str> = path
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .split('/')
+        .collect();
+    let (group, namespace, resource, name) = (parts[2], parts[5], parts[6], parts[7]);
+    let subresource = parts.get(8).map(|s| format!("/{s}")).unwrap_or_default();
+    let verb = method.to_lowercase();
+    let message = format!(
+        "{resource}.{group} \"{name}\" is forbidden: User \"viewer\" cannot {verb} resource \"{resource}{subresource}\" in API group \"{group}\" in the namespace \"{namespace}\""
+    );
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": "Forbidden",
+           "details": {"name": name, "group": group, "kind": resource}, "code": 403})
+    .to_string()
+}
+
+/// Stands in front of kube-sim as the API server's authorizer would for a read-only user:
+/// reads and watches pass through, every PATCH is answered 403 with the API's Status.
+async fn read_only_front(upstream: String) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address").to_string();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match client.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let mut request_line = head.split(' ');
+                let method = request_line.next().unwrap_or_default().to_string();
+                let path = request_line.next().unwrap_or_default().to_string();
+                if method == "PATCH" {
+                    let body = forbidden(&method, &path);
+                    let answer = format!(
+                        "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = client.write_all(answer.as_bytes()).await;
+                    return;
+                }
+                // One request per connection, so a later PATCH cannot ride on this one.
+                let mut forwarded: String = head
+                    .trim_end_matches("\r\n")
+                    .split("\r\n")
+                    .filter(|line| !line.to_lowercase().starts_with("connection:"))
+                    .map(|line| format!("{line}\r\n"))
+                    .collect();
+                forwarded.push_str("Connection: close\r\n\r\n");
+                let Ok(mut server) = TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                if server.write_all(forwarded.as_bytes()).await.is_err() {
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_forbidden_to_patch_sees_the_page_and_the_api_message() {
+    let world = world("forbidden");
+    world
+        .sim
+        .create("default", rollout("web", "web:1"))
+        .expect("seed web");
+    world.patch_status("web", paused_at_step_one()).await;
+    let front = read_only_front(world.sim.address().to_string()).await;
+    let kubeconfig = world.dir.join("viewer-kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        world
+            .sim
+            .kubeconfig()
+            .replace(&world.sim.url(), &format!("http://{front}"))
+            .replace("user: {}", "user:\n    token: viewer"),
+    )
+    .expect("write kubeconfig");
+    let dashboard = world.dashboard(&kubeconfig);
+
+    eventually("the overview through the read-only user", async || {
+        let (_, body) = dashboard.get("/").await;
+        body.contains("id=\"row:default:web\"").then_some(())
+    })
+    .await;
+    let (status, body) = dashboard.post("/api/rollouts/default/web/abort").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        body,
+        "Error from server (Forbidden): rollouts.argoproj.io \"web\" is forbidden: User \"viewer\" cannot patch resource \"rollouts/status\" in API group \"argoproj.io\" in the namespace \"default\""
+    );
+    assert_ne!(
+        world.rollout("web").await["status"]["abort"],
+        true,
+        "nothing was written"
+    );
+}
