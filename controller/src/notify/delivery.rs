@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use futures::StreamExt;
@@ -78,7 +79,7 @@ struct Shared {
     sends: NotificationSends,
     /// What this process sent or saw recorded, per `namespace/name`: a reconcile's copy of a
     /// Rollout may predate our last annotation write.
-    notified: Mutex<HashMap<String, BTreeMap<String, i64>>>,
+    notified: Mutex<SentLedger>,
     /// Held while the annotation is written, so a write never carries less than an earlier one.
     recording: tokio::sync::Mutex<()>,
 }
@@ -109,7 +110,7 @@ impl Notifier {
             recorder,
             http: HttpClients::new()?,
             sends: sends.clone(),
-            notified: Mutex::new(HashMap::new()),
+            notified: Mutex::new(SentLedger::default()),
             recording: tokio::sync::Mutex::new(()),
         });
         tokio::spawn(dispatch(jobs, shared));
@@ -473,43 +474,87 @@ fn describe(error: &SendError, retries: u32) -> String {
     }
 }
 
-impl Shared {
-    /// Whether `state_key` was sent: in the reconcile's copy of the annotation or by us since.
-    fn already_notified(&self, key: &str, seen: &BTreeMap<String, i64>, state_key: &str) -> bool {
-        let mut notified = self
-            .notified
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let state = notified.entry(key.to_string()).or_default();
+/// What was sent, per `namespace/name`, as this process knows it: the Rollout's annotation as
+/// reconciles saw it, plus what we sent since (a reconcile's copy may predate our own write).
+/// A Rollout not notified for [`LEDGER_TTL`] is forgotten: by then its copies carry our writes,
+/// and a deleted Rollout leaves nothing behind.
+#[derive(Debug, Default)]
+struct SentLedger {
+    rollouts: HashMap<String, (BTreeMap<String, i64>, Instant)>,
+}
+
+const LEDGER_TTL: Duration = Duration::from_secs(600);
+
+impl SentLedger {
+    fn entry(&mut self, key: &str, now: Instant) -> &mut BTreeMap<String, i64> {
+        self.rollouts
+            .retain(|_, (_, touched)| now.saturating_duration_since(*touched) < LEDGER_TTL);
+        let (state, touched) = self
+            .rollouts
+            .entry(key.to_string())
+            .or_insert_with(|| (BTreeMap::new(), now));
+        *touched = now;
+        state
+    }
+
+    /// Whether `state_key` was sent: in `seen` (the reconcile's copy) or by us since.
+    fn sent(
+        &mut self,
+        key: &str,
+        seen: &BTreeMap<String, i64>,
+        state_key: &str,
+        now: Instant,
+    ) -> bool {
+        let state = self.entry(key, now);
         for (k, v) in seen {
             state.entry(k.clone()).or_insert(*v);
         }
         state.contains_key(state_key)
     }
 
+    /// Records `state_key` sent at `unix_second`; the state to write, the newest 100 kept.
+    fn record(
+        &mut self,
+        key: &str,
+        state_key: String,
+        unix_second: i64,
+        now: Instant,
+    ) -> BTreeMap<String, i64> {
+        let state = self.entry(key, now);
+        state.insert(state_key, unix_second);
+        while state.len() > NOTIFIED_HISTORY {
+            let oldest = state
+                .iter()
+                .min_by_key(|(k, sent)| (**sent, (*k).clone()))
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(oldest) => state.remove(&oldest),
+                None => break,
+            };
+        }
+        state.clone()
+    }
+}
+
+impl Shared {
+    fn ledger(&self) -> std::sync::MutexGuard<'_, SentLedger> {
+        self.notified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether `state_key` was sent: in the reconcile's copy of the annotation or by us since.
+    fn already_notified(&self, key: &str, seen: &BTreeMap<String, i64>, state_key: &str) -> bool {
+        self.ledger().sent(key, seen, state_key, Instant::now())
+    }
+
     /// Adds `state_key` to the Rollout's annotation (the newest 100 kept).
     async fn record(&self, job: &Job, state_key: String) {
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let _recording = self.recording.lock().await;
-        let state = {
-            let mut notified = self
-                .notified
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let state = notified.entry(job.key()).or_default();
-            state.insert(state_key, now);
-            while state.len() > NOTIFIED_HISTORY {
-                let oldest = state
-                    .iter()
-                    .min_by_key(|(k, sent)| (**sent, (*k).clone()))
-                    .map(|(k, _)| k.clone());
-                match oldest {
-                    Some(oldest) => state.remove(&oldest),
-                    None => break,
-                };
-            }
-            state.clone()
-        };
+        let state = self
+            .ledger()
+            .record(&job.key(), state_key, now, Instant::now());
         let value = serde_json::to_string(&state).unwrap_or_default();
         let patch = serde_json::json!({"metadata": {"annotations": {NOTIFIED_ANNOTATION: value}}});
         let api: Api<Rollout> = Api::namespaced(self.client.clone(), &job.namespace);
@@ -563,6 +608,32 @@ mod tests {
             completed_step_index(&event("RolloutAborted", "Rollout step 2/8 completed")),
             None
         );
+    }
+
+    #[test]
+    fn the_ledger_knows_what_was_seen_or_sent_keeps_the_newest_100_and_forgets_idle_rollouts() {
+        let mut ledger = SentLedger::default();
+        let start = Instant::now();
+        let seen: BTreeMap<String, i64> = [("a".to_string(), 1)].into_iter().collect();
+        assert!(ledger.sent("shop/web", &seen, "a", start));
+        assert!(!ledger.sent("shop/web", &BTreeMap::new(), "b", start));
+        ledger.record("shop/web", "b".into(), 2, start);
+        assert!(
+            ledger.sent("shop/web", &BTreeMap::new(), "b", start),
+            "our own send counts before the annotation is seen"
+        );
+        for second in 3..200 {
+            ledger.record("shop/web", format!("k{second}"), second, start);
+        }
+        let state = ledger.record("shop/web", "last".into(), 500, start);
+        assert_eq!(state.len(), NOTIFIED_HISTORY);
+        assert!(!state.contains_key("a") && state.contains_key("last"));
+        let later = start + LEDGER_TTL + Duration::from_secs(1);
+        assert!(
+            !ledger.sent("shop/web", &BTreeMap::new(), "last", later),
+            "forgotten once idle; the annotation then says it"
+        );
+        assert_eq!(ledger.rollouts.len(), 1);
     }
 
     #[test]
