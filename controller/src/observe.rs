@@ -27,8 +27,9 @@ use crate::error::{Error, Result};
 use crate::planner::template_match;
 use crate::planner::{
     self, Observed, ObservedAnalysisRun, ObservedDeployment, ObservedPod, ObservedReplicaSet,
-    ObservedTemplates, SharedObject, TemplateKey,
+    ObservedTemplates, ReplicaFailure, SharedObject, TemplateKey,
 };
+use rollouts_crds::conditions::REPLICA_FAILURE;
 
 /// The Services the spec names that exist, as read during observe.
 pub type LiveServices = BTreeMap<String, Service>;
@@ -540,6 +541,21 @@ fn observed_replica_set(rs: &ReplicaSet) -> ObservedReplicaSet {
             .creation_timestamp
             .as_ref()
             .map_or(Timestamp::UNIX_EPOCH, |time| time.0),
+        min_ready_seconds: rs
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.min_ready_seconds)
+            .unwrap_or(0),
+        replica_failure: status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == REPLICA_FAILURE && c.status == "True")
+            .map(|c| ReplicaFailure {
+                reason: c.reason.clone().unwrap_or_default(),
+                message: c.message.clone().unwrap_or_default(),
+                since: c.last_transition_time.as_ref().map(|t| t.0),
+            }),
     }
 }
 

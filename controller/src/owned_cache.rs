@@ -466,7 +466,7 @@ fn blocking(undecodable: &Undecodable) -> Option<Blocking> {
 
 /// Drops what observe never reads from a ReplicaSet: the pod template (the bulk of it; a
 /// template that holds only its digest takes its place, see `planner::template_match`), the
-/// selector, status conditions and managedFields.
+/// selector, status conditions other than `ReplicaFailure`, and managedFields.
 pub fn strip_replica_set(rs: &mut ReplicaSet) {
     rs.metadata.managed_fields = None;
     let digest = template_match::live_digest(rs);
@@ -475,7 +475,15 @@ pub fn strip_replica_set(rs: &mut ReplicaSet) {
         spec.selector = Default::default();
     }
     if let Some(status) = rs.status.as_mut() {
-        status.conditions = None;
+        status.conditions = status
+            .conditions
+            .take()
+            .map(|all| {
+                all.into_iter()
+                    .filter(|c| c.type_ == rollouts_crds::conditions::REPLICA_FAILURE)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|kept| !kept.is_empty());
     }
 }
 
@@ -748,6 +756,27 @@ mod tests {
         assert_eq!(status.available_replicas, Some(1));
         assert_eq!(status.conditions, None);
         assert_eq!(rs.metadata.labels.as_ref().map(BTreeMap::len), Some(1));
+
+        // Of the conditions, only ReplicaFailure is kept: the Rollout's status carries it.
+        let condition = |type_: &str| k8s_openapi::api::apps::v1::ReplicaSetCondition {
+            type_: type_.to_string(),
+            status: "True".to_string(),
+            ..Default::default()
+        };
+        let mut failing = replica_set("web-b", Some("uid-web"), "6");
+        failing.status = Some(ReplicaSetStatus {
+            conditions: Some(vec![condition("Other"), condition("ReplicaFailure")]),
+            ..ReplicaSetStatus::default()
+        });
+        strip_replica_set(&mut failing);
+        let kept = failing
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default();
+        assert_eq!(
+            kept.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(),
+            ["ReplicaFailure"]
+        );
     }
 
     #[test]

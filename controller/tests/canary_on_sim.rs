@@ -534,3 +534,43 @@ async fn a_failed_step_analysis_aborts_back_to_stable() {
         progressing.message
     );
 }
+
+/// `spec.minReadySeconds` is not part of the pod template, so changing it makes no new
+/// revision: the live ReplicaSet is given the new value, as Argo keeps it in step, and nothing
+/// else is written to it.
+#[tokio::test]
+async fn a_changed_min_ready_seconds_reaches_the_live_replica_set() {
+    let cluster = Cluster::start("min-ready");
+    let _controller = cluster.controller();
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    cluster
+        .create_rollout(rollout("min-ready", 2, "app:v1", steps))
+        .await;
+    let hash = cluster.healthy("min-ready", 2).await;
+    cluster
+        .rollouts()
+        .patch(
+            "min-ready",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"minReadySeconds": 7}})),
+        )
+        .await
+        .expect("patch minReadySeconds");
+    let live = eventually(
+        DEADLINE,
+        "minReadySeconds 7 on the live ReplicaSet",
+        || async {
+            let sets = cluster.owned_replica_sets("min-ready").await;
+            sets.into_iter()
+                .find(|rs| rs.spec.as_ref().and_then(|s| s.min_ready_seconds) == Some(7))
+        },
+    )
+    .await;
+    assert_eq!(
+        live.labels().get("rollouts-pod-template-hash"),
+        Some(&hash),
+        "the current revision's ReplicaSet, no new one"
+    );
+    assert_eq!(cluster.owned_replica_sets("min-ready").await.len(), 1);
+    assert_eq!(cluster.status("min-ready").await.current_pod_hash, hash);
+}

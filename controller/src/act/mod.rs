@@ -72,6 +72,9 @@ pub async fn apply(
     if let Some(refresh) = &plan.refresh_anti_affinity {
         replica_sets::refresh_anti_affinity(&writer, refresh).await?;
     }
+    if let Some((name, seconds)) = &plan.sync_min_ready_seconds {
+        replica_sets::sync_min_ready_seconds(&writer, name, *seconds).await?;
+    }
 
     if let Some(revise) = &plan.revise_replica_set {
         let value = revise.revision.to_string();

@@ -279,6 +279,20 @@ pub(super) async fn refresh_anti_affinity(
     Ok(())
 }
 
+/// Sets a live ReplicaSet's `spec.minReadySeconds` to the Rollout's.
+pub(super) async fn sync_min_ready_seconds(
+    writer: &Writer<'_>,
+    name: &str,
+    seconds: i32,
+) -> Result<()> {
+    let patch = json!({ "spec": { "minReadySeconds": seconds } });
+    writer
+        .patch::<ReplicaSet>("set minReadySeconds of", name, &patch)
+        .await?;
+    tracing::info!(replica_set = %name, seconds, "set minReadySeconds to the Rollout's");
+    Ok(())
+}
+
 /// Sets the `spec.workloadRef` Deployment's `spec.replicas` (`scaleDown`).
 pub(super) async fn scale_deployment(writer: &Writer<'_>, scale: &DeploymentScale) -> Result<()> {
     let patch = json!({ "spec": { "replicas": scale.to } });

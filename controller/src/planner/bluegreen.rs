@@ -1029,6 +1029,7 @@ impl<'a> BlueGreen<'a> {
             rs_name: &rs_name,
             current_hash: &self.current_hash,
             deadline_paused: self.deadline_paused(),
+            replica_failure: super::status::replica_failure(self.observed, &self.current_hash),
         };
         let events = set_conditions(&progress, next);
         self.out.events.extend(events);

@@ -842,6 +842,7 @@ impl<'a> Planner<'a> {
             rs_name: &rs_name,
             current_hash: &self.current_hash,
             deadline_paused: self.indefinite_step() || self.waiting_for_scale_down(),
+            replica_failure: super::status::replica_failure(self.observed, &self.current_hash),
         };
         let events = set_conditions(&progress, next);
         self.out.events.extend(events);

@@ -112,11 +112,28 @@ fn plan_resolved(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan
     if plan.create_replica_set.is_none() {
         plan.refresh_anti_affinity =
             anti_affinity::planned_refresh(rollout, observed, &plan.status.current_pod_hash);
+        plan.sync_min_ready_seconds =
+            min_ready_seconds_to_sync(rollout, observed, &plan.status.current_pod_hash);
     }
     plan.delete_analysis_runs = run_history::runs_to_delete(rollout, observed, &plan);
     restart::reconcile(rollout, observed, now, &mut plan);
     workload_ref::reconcile(rollout, observed, &mut plan);
     plan
+}
+
+/// The current revision's ReplicaSet and the Rollout's `minReadySeconds`, when they differ.
+fn min_ready_seconds_to_sync(
+    rollout: &Rollout,
+    observed: &Observed,
+    current_hash: &str,
+) -> Option<(String, i32)> {
+    let wanted = rollout.spec.min_ready_seconds.unwrap_or(0);
+    observed
+        .replica_sets
+        .iter()
+        .find(|rs| rs.pod_template_hash == current_hash && !current_hash.is_empty())
+        .filter(|rs| rs.min_ready_seconds != wanted)
+        .map(|rs| (rs.name.clone(), wanted))
 }
 
 /// Annotation carrying a ReplicaSet's revision, as Argo and Deployments write it.
@@ -139,6 +156,20 @@ pub struct ObservedReplicaSet {
     pub annotations: BTreeMap<String, String>,
     /// `metadata.creationTimestamp`.
     pub created: Timestamp,
+    /// `spec.minReadySeconds`.
+    pub min_ready_seconds: i32,
+    /// Its `ReplicaFailure` condition (pods it could not create: a quota, a policy), when
+    /// true.
+    pub replica_failure: Option<ReplicaFailure>,
+}
+
+/// A ReplicaSet's true `ReplicaFailure` condition, which the Rollout's status carries as Argo's
+/// does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaFailure {
+    pub reason: String,
+    pub message: String,
+    pub since: Option<Timestamp>,
 }
 
 impl ObservedReplicaSet {
@@ -504,6 +535,10 @@ pub struct Plan {
     pub scale_deployment: Option<DeploymentScale>,
     /// The anti-affinity to point at the current stable revision (written after creation).
     pub refresh_anti_affinity: Option<AffinityRefresh>,
+    /// The current revision's ReplicaSet and the `spec.minReadySeconds` it must have: the
+    /// Rollout's, changed since it was created (not part of the pod template, so no new
+    /// revision), as Argo keeps it in step.
+    pub sync_min_ready_seconds: Option<(String, i32)>,
 }
 
 impl Plan {
@@ -538,6 +573,7 @@ impl Plan {
             evict_pods: Vec::new(),
             scale_deployment: None,
             refresh_anti_affinity: None,
+            sync_min_ready_seconds: None,
         }
     }
 
@@ -557,5 +593,89 @@ impl Plan {
             && self.evict_pods.is_empty()
             && self.scale_deployment.is_none()
             && self.refresh_anti_affinity.is_none()
+            && self.sync_min_ready_seconds.is_none()
+    }
+}
+
+#[cfg(test)]
+mod replica_set_sync_tests {
+    use rollouts_crds::rollout::CanaryStep;
+
+    use super::*;
+
+    fn rs(name: &str, hash: &str, min_ready_seconds: i32) -> ObservedReplicaSet {
+        ObservedReplicaSet {
+            name: name.into(),
+            pod_template_hash: hash.into(),
+            replicas: 2,
+            current_replicas: 2,
+            ready_replicas: 2,
+            available_replicas: 2,
+            annotations: BTreeMap::new(),
+            created: Timestamp::UNIX_EPOCH,
+            min_ready_seconds,
+            replica_failure: None,
+        }
+    }
+
+    #[test]
+    fn the_current_replica_set_is_given_the_rollouts_min_ready_seconds() {
+        let mut rollout = Rollout::test_canary("web", vec![CanaryStep::weight(50)]);
+        rollout.spec.min_ready_seconds = Some(7);
+        let observed = Observed {
+            replica_sets: vec![rs("web-old", "old", 0), rs("web-new", "new", 0)],
+            ..Observed::default()
+        };
+        assert_eq!(
+            min_ready_seconds_to_sync(&rollout, &observed, "new"),
+            Some(("web-new".to_string(), 7))
+        );
+        let synced = Observed {
+            replica_sets: vec![rs("web-old", "old", 0), rs("web-new", "new", 7)],
+            ..Observed::default()
+        };
+        assert_eq!(min_ready_seconds_to_sync(&rollout, &synced, "new"), None);
+        // Unset is 0, as Kubernetes reads it.
+        rollout.spec.min_ready_seconds = None;
+        assert_eq!(
+            min_ready_seconds_to_sync(&rollout, &synced, "new"),
+            Some(("web-new".to_string(), 0))
+        );
+        assert_eq!(min_ready_seconds_to_sync(&rollout, &observed, ""), None);
+    }
+
+    #[test]
+    fn the_current_revisions_replica_failure_comes_first() {
+        let failure = |reason: &str| ReplicaFailure {
+            reason: reason.into(),
+            message: format!("{reason}: pods forbidden"),
+            since: None,
+        };
+        let mut old = rs("web-old", "old", 0);
+        old.replica_failure = Some(failure("FailedCreate-old"));
+        let mut new = rs("web-new", "new", 0);
+        let observed = Observed {
+            replica_sets: vec![old.clone(), new.clone()],
+            ..Observed::default()
+        };
+        assert_eq!(
+            status::replica_failure(&observed, "new").map(|f| f.reason.as_str()),
+            Some("FailedCreate-old"),
+            "another ReplicaSet's, when the current one has none"
+        );
+        new.replica_failure = Some(failure("FailedCreate-new"));
+        let observed = Observed {
+            replica_sets: vec![old, new],
+            ..Observed::default()
+        };
+        assert_eq!(
+            status::replica_failure(&observed, "new").map(|f| f.reason.as_str()),
+            Some("FailedCreate-new")
+        );
+        let healthy = Observed {
+            replica_sets: vec![rs("web-new", "new", 0)],
+            ..Observed::default()
+        };
+        assert_eq!(status::replica_failure(&healthy, "new"), None);
     }
 }

@@ -96,6 +96,8 @@ mod tests {
             available_replicas: 0,
             annotations: BTreeMap::new(),
             created: Timestamp::UNIX_EPOCH,
+            min_ready_seconds: 0,
+            replica_failure: None,
         }
     }
 

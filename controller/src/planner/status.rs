@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rollouts_crds::FieldError;
 
-use super::{Event, EventType, Plan};
+use super::{Event, EventType, Observed, ObservedReplicaSet, Plan, ReplicaFailure};
 
 /// Whether the status shows progress since `previous`: pods updated, old pods gone, more pods
 /// ready or available, a new stable, a step taken or new steps.
@@ -202,6 +202,23 @@ pub(super) struct Progress<'a> {
     pub current_hash: &'a str,
     /// Waiting on a person, an analysis or a scale-down delay: the progress deadline stops.
     pub deadline_paused: bool,
+    /// The ReplicaSets' `ReplicaFailure` to carry (see [`replica_failure`]).
+    pub replica_failure: Option<&'a ReplicaFailure>,
+}
+
+/// The `ReplicaFailure` the Rollout's status carries, as Argo chooses it: the current
+/// revision's, else any other ReplicaSet's.
+pub(super) fn replica_failure<'a>(
+    observed: &'a Observed,
+    current_hash: &str,
+) -> Option<&'a ReplicaFailure> {
+    let failing = |rs: &'a ObservedReplicaSet| rs.replica_failure.as_ref();
+    observed
+        .replica_sets
+        .iter()
+        .filter(|rs| rs.pod_template_hash == current_hash)
+        .find_map(failing)
+        .or_else(|| observed.replica_sets.iter().find_map(failing))
 }
 
 /// Sets Paused, Healthy, Progressing, Available and Completed as Argo does; returns the events
@@ -349,6 +366,22 @@ pub(super) fn set_conditions(progress: &Progress, next: &mut RolloutStatus) -> V
         AVAILABLE_REASON,
         message.into(),
     ));
+
+    // A ReplicaSet that cannot create its pods (a quota, an admission policy) says why on the
+    // Rollout, as Argo copies it; gone once no ReplicaSet fails.
+    match progress.replica_failure {
+        Some(failure) => {
+            let since = failure.since.map_or_else(|| now.clone(), Time);
+            next.set_condition(RolloutCondition::new(
+                REPLICA_FAILURE,
+                STATUS_TRUE,
+                &failure.reason,
+                failure.message.clone(),
+                since,
+            ));
+        }
+        None => next.remove_condition(REPLICA_FAILURE),
+    }
 
     let completed = !next.stable_rs.is_empty() && next.stable_rs == next.current_pod_hash;
     let status = if completed { STATUS_TRUE } else { STATUS_FALSE };

@@ -605,6 +605,8 @@ mod tests {
             available_replicas: 3,
             annotations: Default::default(),
             created: Timestamp::from_second(created).expect("a time"),
+            min_ready_seconds: 0,
+            replica_failure: None,
         }
     }
 

@@ -37,7 +37,12 @@ pub fn apply_writes(observed: &mut Observed, plan: &Plan, now: Timestamp, instan
                 new.revision.to_string(),
             )]),
             created: now,
+            min_ready_seconds: 0,
+            replica_failure: None,
         });
+    }
+    if let Some((name, seconds)) = &plan.sync_min_ready_seconds {
+        rs_named(observed, name).min_ready_seconds = *seconds;
     }
     if let Some(revise) = &plan.revise_replica_set {
         rs_named(observed, &revise.name)

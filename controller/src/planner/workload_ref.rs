@@ -243,6 +243,8 @@ mod tests {
                 new.revision.to_string(),
             )]),
             created: now(),
+            min_ready_seconds: 0,
+            replica_failure: None,
         }
     }
 

@@ -685,6 +685,8 @@ fn old_replica_set(
         available_replicas: replicas,
         annotations,
         created: at(-1000 + revision),
+        min_ready_seconds: 0,
+        replica_failure: None,
     }
 }
 
@@ -1371,6 +1373,8 @@ mod properties {
                         available_replicas: available,
                         annotations: BTreeMap::from([(REVISION_ANNOTATION.to_string(), revision)]),
                         created,
+                        min_ready_seconds: 0,
+                        replica_failure: None,
                     }
                 },
             )
@@ -1488,4 +1492,46 @@ mod properties {
             let _ = plan_once(&rollout, &observed, now);
         }
     }
+}
+
+/// A ReplicaSet that cannot create its pods (a quota) puts its `ReplicaFailure` on the
+/// Rollout, as Argo copies it, and the condition goes once no ReplicaSet fails.
+#[test]
+fn a_replica_set_failure_is_carried_on_the_rollout_until_it_clears() {
+    let (mut world, stable) = World::deployed(rollout(2, steps()));
+    let name = world
+        .observed
+        .replica_sets
+        .iter()
+        .find(|rs| rs.pod_template_hash == stable)
+        .map(|rs| rs.name.clone())
+        .expect("the stable ReplicaSet");
+    crate::planner::test_world::rs_named(&mut world.observed, &name).replica_failure =
+        Some(crate::planner::ReplicaFailure {
+            reason: "FailedCreate".into(),
+            message: "pods \"web-x\" is forbidden: exceeded quota: compute".into(),
+            since: Some(at(5)),
+        });
+    world.step();
+    let condition = world
+        .status()
+        .condition(rollouts_crds::conditions::REPLICA_FAILURE)
+        .cloned()
+        .expect("ReplicaFailure on the Rollout");
+    assert_eq!(condition.status, "True");
+    assert_eq!(condition.reason, "FailedCreate");
+    assert!(
+        condition.message.contains("exceeded quota"),
+        "{condition:?}"
+    );
+    assert_eq!(condition.last_transition_time.0, at(5));
+
+    crate::planner::test_world::rs_named(&mut world.observed, &name).replica_failure = None;
+    world.step();
+    assert!(
+        world
+            .status()
+            .condition(rollouts_crds::conditions::REPLICA_FAILURE)
+            .is_none()
+    );
 }
