@@ -601,10 +601,9 @@ fn start_notifier(flags: &Flags, client: &Client, metrics: &Metrics) -> Result<N
         controller: crate::context::CONTROLLER_NAME.to_string(),
         instance: std::env::var("POD_NAME").ok(),
     };
-    let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
     Notifier::start(
         client.clone(),
-        recorder,
+        reporter,
         source,
         metrics.notifications.clone(),
     )

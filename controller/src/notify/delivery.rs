@@ -13,7 +13,7 @@ use base64::Engine;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::Reporter;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use rollouts_crds::rollout::Rollout;
@@ -74,7 +74,7 @@ impl Job {
 
 struct Shared {
     client: Client,
-    recorder: Recorder,
+    reporter: Reporter,
     http: HttpClients,
     sends: NotificationSends,
     /// What this process sent or saw recorded, per `namespace/name`: a reconcile's copy of a
@@ -95,7 +95,7 @@ impl Notifier {
     /// Starts the configuration watches (when `source` is set) and the delivery task.
     pub fn start(
         client: Client,
-        recorder: Recorder,
+        reporter: Reporter,
         source: Option<ConfigSource>,
         sends: NotificationSends,
     ) -> Result<Self, reqwest::Error> {
@@ -107,7 +107,7 @@ impl Notifier {
         let (queue, jobs) = mpsc::channel(QUEUE_CAPACITY);
         let shared = Arc::new(Shared {
             client,
-            recorder,
+            reporter,
             http: HttpClients::new()?,
             sends: sends.clone(),
             notified: Mutex::new(SentLedger::default()),
@@ -566,15 +566,22 @@ impl Shared {
         }
     }
 
+    /// A `NotificationFailed` warning on the Rollout, sent once for the Rollout version the
+    /// event was decided at ([`crate::events`]).
     async fn warn(&self, job: &Job, note: String) {
-        let event = KubeEvent {
-            type_: EventType::Warning,
-            reason: NOTIFICATION_FAILED_REASON.to_string(),
-            action: note.chars().take(128).collect(),
-            note: Some(note),
-            secondary: None,
+        let once = crate::events::Once {
+            regarding: job.reference.clone(),
+            decided_at: job
+                .reference
+                .resource_version
+                .as_deref()
+                .unwrap_or_default(),
+            warning: true,
+            reason: NOTIFICATION_FAILED_REASON,
+            note: &note,
+            action: &note,
         };
-        if let Err(error) = self.recorder.publish(&event, &job.reference).await {
+        if let Err(error) = crate::events::send(&self.client, &self.reporter, &once).await {
             tracing::warn!(namespace = %job.namespace, rollout = %job.name, %error, "the notification failure event was not published");
         }
     }
