@@ -362,21 +362,6 @@ fn traffic_routing_limits(
             "name the Services in stableService and canaryService instead",
         ));
     }
-    // Where Argo requires the two Services, validate reports them missing.
-    if !requires_canary_and_stable_services(canary, routing) {
-        for (field, service) in [
-            ("stableService", &canary.stable_service),
-            ("canaryService", &canary.canary_service),
-        ] {
-            if service.as_deref().unwrap_or_default().is_empty() {
-                errors.push(FieldError::new(
-                    format!("spec.strategy.canary.{field}"),
-                    "this controller splits routed traffic between a stable and a canary Service",
-                    format!("name an existing Service in {field}"),
-                ));
-            }
-        }
-    }
     for (field, present) in [
         (
             "abortScaleDownDelaySeconds",
@@ -1571,6 +1556,8 @@ mod tests {
         canary_mut(&mut rollout).canary_service = None;
         canary_mut(&mut rollout).stable_service = None;
         assert_eq!(validate(&rollout), vec![]);
+        // The router splits between the DestinationRule's subsets, so nothing else needs them.
+        assert_eq!(planning_limits(&rollout), vec![]);
     }
 
     #[test]

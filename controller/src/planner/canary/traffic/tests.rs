@@ -2,9 +2,10 @@ use std::collections::BTreeSet;
 
 use rollouts_crds::conditions::*;
 use rollouts_crds::rollout::{
-    CanaryStep, HeaderRoutingMatch, ManagedRoute, NginxTrafficRouting, Rollout,
-    RolloutTrafficRouting, SCALE_DOWN_DEADLINE_ANNOTATION_KEY, SetCanaryScale, SetHeaderRoute,
-    SetMirrorRoute, StringMatch,
+    CanaryStep, HeaderRoutingMatch, IstioDestinationRule, IstioTrafficRouting, IstioVirtualService,
+    ManagedRoute, NginxTrafficRouting, Rollout, RolloutTrafficRouting,
+    SCALE_DOWN_DEADLINE_ANNOTATION_KEY, SetCanaryScale, SetHeaderRoute, SetMirrorRoute,
+    StringMatch,
 };
 
 use super::*;
@@ -959,4 +960,59 @@ fn min_pods_per_replica_set_keeps_a_small_canary_from_being_a_single_pod() {
         "5% of 10 is 1 pod, raised to 2"
     );
     assert_eq!(world.rs(&stable).replicas, 10);
+}
+
+/// Istio subset-level splitting (Argo's `istio-subset-split` example): no canaryService or
+/// stableService, the router weights the DestinationRule's subsets and labels them with the
+/// hashes the plan gives.
+#[test]
+fn istio_subset_level_routing_runs_without_services() {
+    let routing = RolloutTrafficRouting {
+        istio: Some(IstioTrafficRouting {
+            virtual_service: Some(IstioVirtualService {
+                name: "web-routes".into(),
+                routes: Some(vec!["primary".into()]),
+                ..IstioVirtualService::default()
+            }),
+            destination_rule: Some(IstioDestinationRule {
+                name: "web-subsets".into(),
+                canary_subset_name: "canary".into(),
+                stable_subset_name: "stable".into(),
+                additional_subset_names: None,
+            }),
+            ..IstioTrafficRouting::default()
+        }),
+        ..RolloutTrafficRouting::default()
+    };
+    let rollout = Rollout::test_canary(NAME, weight_steps(&[10]))
+        .with_replicas(4)
+        .with_traffic_routing(routing)
+        .with_canary(|canary| {
+            canary.canary_service = None;
+            canary.stable_service = None;
+        });
+    let (mut world, stable) = World::deployed(rollout);
+    assert_eq!(world.status().phase, PHASE_HEALTHY, "{:?}", world.status());
+    assert!(
+        world
+            .status()
+            .conditions
+            .iter()
+            .all(|c| c.type_ != INVALID_SPEC)
+    );
+    let canary = world.update_image("nginx:1.28");
+    world.settle();
+    assert_eq!(world.index(), Some(1));
+    assert_eq!(world.router.weight, 10);
+    let traffic = world.plan().traffic.expect("router plan");
+    assert_eq!(
+        (traffic.canary_hash.as_str(), traffic.stable_hash.as_str()),
+        (canary.as_str(), stable.as_str())
+    );
+    let weights = world.status().canary.weights.clone().expect("weights");
+    assert_eq!(weights.canary.service_name, "", "no Service to name");
+    world.promote();
+    world.settle();
+    assert_eq!(world.status().stable_rs, canary);
+    assert_eq!(world.router.weight, 0);
 }

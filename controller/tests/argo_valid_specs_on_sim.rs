@@ -1,0 +1,250 @@
+//! Specs Argo Rollouts accepts, run with the real `rollouts-controller` binary on kube-sim as
+//! Argo runs them: Istio subset-level routing with no canaryService or stableService (the
+//! DestinationRule's subsets are the destinations).
+
+mod support;
+
+use std::ops::Deref;
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
+use rollouts_crds::rollout::{Rollout, RolloutStatus};
+use rollouts_e2e::sim::SimOptions;
+use serde_json::{Value, json};
+use support::{Controller, NAMESPACE, Sim, eventually};
+
+const DEADLINE: Duration = Duration::from_secs(40);
+
+fn istio(kind: &str, plural: &str) -> ApiResource {
+    let gvk = GroupVersionKind::gvk("networking.istio.io", "v1alpha3", kind);
+    ApiResource::from_gvk_with_plural(&gvk, plural)
+}
+
+/// The simulator with the project's and Istio's CRDs.
+struct Cluster(Sim);
+
+impl Deref for Cluster {
+    type Target = Sim;
+
+    fn deref(&self) -> &Sim {
+        &self.0
+    }
+}
+
+impl Cluster {
+    fn start(name: &str) -> Self {
+        let root = support::workspace_root();
+        Self(Sim::start_with(
+            "rollouts-argo-valid-specs-on-sim",
+            name,
+            SimOptions {
+                crd_dirs: vec![root.join("crds/yaml"), root.join("e2e/crds")],
+                pod_ready_after: Duration::from_millis(200),
+                metrics_listen: None,
+                ..SimOptions::default()
+            },
+        ))
+    }
+
+    fn controller(&self) -> Controller {
+        Controller::start(&self.kubeconfig, DEADLINE)
+    }
+
+    fn dynamic(&self, resource: &ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NAMESPACE, resource)
+    }
+
+    async fn create(&self, resource: &ApiResource, object: Value) {
+        let object: DynamicObject = serde_json::from_value(object).expect("an object");
+        self.dynamic(resource)
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("creates the object");
+    }
+
+    async fn read(&self, resource: &ApiResource, name: &str) -> Value {
+        let object = self
+            .dynamic(resource)
+            .get(name)
+            .await
+            .expect("reads the object");
+        serde_json::to_value(object).expect("JSON")
+    }
+
+    async fn rollout_status(&self, name: &str) -> RolloutStatus {
+        self.0.status(name).await
+    }
+
+    /// Waits until `check` holds of the Rollout's status; returns that status.
+    async fn status_where(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&RolloutStatus) -> bool,
+    ) -> RolloutStatus {
+        eventually(DEADLINE, what, || async {
+            let status = self.rollout_status(name).await;
+            check(&status).then_some(status)
+        })
+        .await
+    }
+}
+
+/// The canary and stable weights of the VirtualService route `primary`, by subset.
+fn subset_weights(vs: &Value) -> Option<(i64, i64)> {
+    let route = vs["spec"]["http"]
+        .as_array()?
+        .iter()
+        .find(|route| route["name"] == "primary")?["route"]
+        .as_array()?;
+    let weight = |subset: &str| {
+        route
+            .iter()
+            .find(|d| d["destination"]["subset"] == subset)
+            .map(|d| d["weight"].as_i64().unwrap_or(0))
+    };
+    Some((weight("canary")?, weight("stable")?))
+}
+
+/// The `rollouts-pod-template-hash` labels of the DestinationRule's canary and stable subsets.
+fn subset_hashes(rule: &Value) -> (String, String) {
+    let hash = |subset: &str| {
+        rule["spec"]["subsets"]
+            .as_array()
+            .and_then(|subsets| subsets.iter().find(|s| s["name"] == subset))
+            .and_then(|s| s["labels"]["rollouts-pod-template-hash"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    (hash("canary"), hash("stable"))
+}
+
+/// Argo's subset-split example, in our own words: one Service, a VirtualService whose route
+/// `primary` splits between DestinationRule subsets, and a Rollout that names neither
+/// canaryService nor stableService. It runs to a pause at 10%, the subsets carrying the two
+/// revisions' hashes, and a promotion moves everything to the new revision.
+#[tokio::test]
+async fn istio_subset_split_without_services_runs_as_in_argo() {
+    let cluster = Cluster::start("istio-subset-split");
+    let _controller = cluster.controller();
+    cluster.create_service("orders", "orders").await;
+    let (virtual_services, rules) = (
+        istio("VirtualService", "virtualservices"),
+        istio("DestinationRule", "destinationrules"),
+    );
+    cluster
+        .create(
+            &virtual_services,
+            json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "VirtualService",
+            "metadata": {"name": "orders-routes", "namespace": NAMESPACE},
+            "spec": {"hosts": ["orders"], "http": [{"name": "primary", "route": [
+                {"destination": {"host": "orders", "subset": "stable"}, "weight": 100},
+                {"destination": {"host": "orders", "subset": "canary"}, "weight": 0}
+            ]}]}}),
+        )
+        .await;
+    cluster
+        .create(
+            &rules,
+            json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "DestinationRule",
+            "metadata": {"name": "orders-subsets", "namespace": NAMESPACE},
+            "spec": {"host": "orders", "subsets": [
+                {"name": "stable", "labels": {"app": "orders"}},
+                {"name": "canary", "labels": {"app": "orders"}}
+            ]}}),
+        )
+        .await;
+    // No spec.replicas (one pod), no Services named: as Argo's example has it.
+    let rollout: Rollout = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "orders", "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": "orders"}},
+            "template": {
+                "metadata": {"labels": {"app": "orders"}},
+                "spec": {"containers": [{"name": "app", "image": "orders:1",
+                    "ports": [{"name": "http", "containerPort": 80}]}]}
+            },
+            "strategy": {"canary": {
+                "scaleDownDelaySeconds": 2,
+                "trafficRouting": {"istio": {
+                    "virtualService": {"name": "orders-routes", "routes": ["primary"]},
+                    "destinationRule": {"name": "orders-subsets",
+                        "canarySubsetName": "canary", "stableSubsetName": "stable"}
+                }},
+                "steps": [{"setWeight": 10}, {"pause": {}}]
+            }}
+        }
+    }))
+    .expect("a valid Rollout");
+    cluster.create_rollout(rollout).await;
+
+    let v1 = cluster.wait_healthy(DEADLINE, "orders", 1).await.stable_rs;
+    assert!(
+        cluster
+            .rollout_status("orders")
+            .await
+            .conditions
+            .iter()
+            .all(|c| c.type_ != "InvalidSpec"),
+        "no InvalidSpec"
+    );
+
+    cluster.set_image("orders", "orders:2").await;
+    let paused = cluster
+        .status_where("orders", "paused at step 1, weight 10 verified", |status| {
+            status.current_step_index == Some(1)
+                && !status.pause_conditions.is_empty()
+                && status
+                    .canary
+                    .weights
+                    .as_ref()
+                    .is_some_and(|w| w.canary.weight == 10 && w.verified == Some(true))
+        })
+        .await;
+    let v2 = paused.current_pod_hash.clone();
+    assert_ne!(v2, v1);
+    let vs = cluster.read(&virtual_services, "orders-routes").await;
+    assert_eq!(subset_weights(&vs), Some((10, 90)), "{vs}");
+    let rule = cluster.read(&rules, "orders-subsets").await;
+    assert_eq!(subset_hashes(&rule), (v2.clone(), v1.clone()), "{rule}");
+    let weights = paused.canary.weights.expect("weights");
+    assert_eq!(
+        (
+            weights.canary.pod_template_hash.as_str(),
+            weights.stable.pod_template_hash.as_str()
+        ),
+        (v2.as_str(), v1.as_str())
+    );
+    assert_eq!(
+        cluster.replica_sets("orders").await,
+        [
+            (format!("orders-{v1}"), (1, 1)),
+            (format!("orders-{v2}"), (1, 1))
+        ]
+        .into_iter()
+        .collect(),
+        "the canary has its pod beside the stable's"
+    );
+
+    cluster
+        .patch_status("orders", json!({"pauseConditions": null}))
+        .await;
+    cluster
+        .status_where("orders", "Healthy on the new revision", |status| {
+            status.phase == "Healthy" && status.stable_rs == v2
+        })
+        .await;
+    let vs = eventually(DEADLINE, "all traffic on the stable subset", || async {
+        let vs = cluster.read(&virtual_services, "orders-routes").await;
+        (subset_weights(&vs) == Some((0, 100))).then_some(vs)
+    })
+    .await;
+    let rule = cluster.read(&rules, "orders-subsets").await;
+    assert_eq!(
+        subset_hashes(&rule),
+        (v2.clone(), v2.clone()),
+        "{rule} {vs}"
+    );
+}
