@@ -534,3 +534,353 @@ async fn a_user_forbidden_to_patch_sees_the_page_and_the_api_message() {
         "nothing was written"
     );
 }
+
+/// Decodes standard base64 (WebDriver's screenshots).
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        })
+    };
+    let digits: Vec<u32> = text.bytes().filter_map(value).collect();
+    let mut bytes = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, d)| n | (d << (18 - 6 * i)));
+        let [_, a, b, c] = n.to_be_bytes();
+        bytes.extend_from_slice(&[a, b, c][..chunk.len().saturating_sub(1)]);
+    }
+    bytes
+}
+
+/// A headless Chromium driven through Debian's chromedriver (W3C WebDriver over HTTP).
+struct Browser {
+    driver: Child,
+    authority: String,
+    session: String,
+    profile: PathBuf,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+/// One WebDriver command; its `value`.
+async fn webdriver(authority: &str, method: &str, path: &str, body: Option<&Value>) -> Value {
+    let mut stream = TcpStream::connect(authority)
+        .await
+        .expect("chromedriver answers");
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    // chromedriver keeps the connection open: read the head, then Content-Length bytes.
+    let mut reader = BufReader::new(stream);
+    let mut length = 0usize;
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).await.expect("read a header");
+        if line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().expect("a length");
+        }
+        head.push_str(&line);
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).await.expect("read the body");
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let answer = format!("{head}\n{body}");
+    let parsed: Value = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("chromedriver answered {answer:?}: {e}"));
+    parsed["value"].clone()
+}
+
+impl Browser {
+    async fn start(dir: &Path) -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let authority = format!("127.0.0.1:{port}");
+        let profile = dir.join("chromium-profile");
+        let mut browser = Browser {
+            driver,
+            authority,
+            session: String::new(),
+            profile,
+        };
+        eventually("chromedriver to be ready", async || {
+            TcpStream::connect(&browser.authority).await.ok()?;
+            let status = webdriver(&browser.authority, "GET", "/status", None).await;
+            (status["ready"] == true).then_some(())
+        })
+        .await;
+        let session = webdriver(
+            &browser.authority,
+            "POST",
+            "/session",
+            Some(&json!({"capabilities": {"alwaysMatch": {
+                "browserName": "chrome",
+                "unhandledPromptBehavior": "ignore",
+                "goog:chromeOptions": {
+                    "binary": "/usr/bin/chromium",
+                    "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                             "--no-first-run", "--disable-background-networking",
+                             "--disable-component-update", "--disable-sync",
+                             "--window-size=1280,900",
+                             format!("--user-data-dir={}", browser.profile.display())]
+                }
+            }}})),
+        )
+        .await;
+        browser.session = session["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {session}"))
+            .to_string();
+        browser
+    }
+
+    async fn command(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let path = format!("/session/{}{path}", self.session);
+        webdriver(&self.authority, method, &path, body.as_ref()).await
+    }
+
+    async fn open(&self, url: &str) {
+        self.command("POST", "/url", Some(json!({ "url": url })))
+            .await;
+    }
+
+    /// The text of the first element matching `css`, if there is one.
+    async fn text(&self, css: &str) -> Option<String> {
+        let found = self
+            .command(
+                "POST",
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        let id = found.as_object()?.values().next()?.as_str()?.to_string();
+        let text = self
+            .command("GET", &format!("/element/{id}/text"), None)
+            .await;
+        text.as_str().map(String::from)
+    }
+
+    async fn click(&self, css: &str) {
+        let found = self
+            .command(
+                "POST",
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        let id = found
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no element {css}: {found}"))
+            .to_string();
+        self.command("POST", &format!("/element/{id}/click"), Some(json!({})))
+            .await;
+    }
+
+    /// Accepts the confirmation the page asks, once it is shown; its text.
+    async fn confirm(&self) -> String {
+        eventually("the confirmation", async || {
+            let text = self.command("GET", "/alert/text", None).await;
+            let text = text.as_str()?.to_string();
+            self.command("POST", "/alert/accept", Some(json!({}))).await;
+            Some(text)
+        })
+        .await
+    }
+
+    async fn screenshot(&self, path: &Path) {
+        let image = self.command("GET", "/screenshot", None).await;
+        let png = base64_decode(image.as_str().expect("base64 PNG"));
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        std::fs::write(path, png).expect("write screenshot");
+    }
+}
+
+/// `target/dashboard-screenshots/`, for a person to look at.
+fn screenshot_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_kubectl-rollouts"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory")
+        .join("dashboard-screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot directory");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_the_pages_update_live_and_the_buttons_act() {
+    assert!(
+        on_path("chromium").is_some() && on_path("chromedriver").is_some(),
+        "chromium and chromedriver are not on PATH: install Debian's chromium and chromium-driver (.ci/run does)"
+    );
+    let world = world("browser");
+    let created = world
+        .sim
+        .create("default", rollout("web", "web:1"))
+        .expect("seed web");
+    world
+        .sim
+        .create("default", rollout("api", "api:1"))
+        .expect("seed api");
+    world.patch_status("web", paused_at_step_one()).await;
+    let uid = created["metadata"]["uid"].as_str().expect("uid");
+    world
+        .sim
+        .create(
+            "default",
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisRun",
+                "metadata": {"name": "web-bbb-2", "namespace": "default",
+                    "ownerReferences": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                                         "name": "web", "uid": uid, "controller": true}]},
+                "spec": {"metrics": [{"name": "success-rate", "successCondition": "result[0] >= 0.95",
+                    "provider": {"web": {"url": "http://example.invalid"}}}]}
+            }),
+        )
+        .expect("seed the run");
+    Api::<DynamicObject>::namespaced_with(
+        world.client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "AnalysisRun"),
+            "analysisruns",
+        ),
+    )
+    .patch_status(
+        "web-bbb-2",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "metricResults": [
+        {"name": "success-rate", "phase": "Running", "measurements": [
+            {"phase": "Successful", "finishedAt": "2026-01-01T00:00:00Z", "value": "[0.99]"},
+            {"phase": "Successful", "finishedAt": "2026-01-01T00:00:30Z", "value": "[0.97]"},
+            {"phase": "Successful", "finishedAt": "2026-01-01T00:01:00Z", "value": "[0.96]"}
+        ]}]}})),
+    )
+    .await
+    .expect("run status");
+    let kubeconfig = world.dir.join("kubeconfig");
+    let dashboard = world.dashboard(&kubeconfig);
+    let base = format!("http://{}", dashboard.authority);
+    let shots = screenshot_dir();
+    let browser = Browser::start(&world.dir).await;
+
+    // The overview lists the Rollouts.
+    browser.open(&format!("{base}/")).await;
+    let web_row = "tr[id=\"row:default:web\"]";
+    eventually("both rows in the page", async || {
+        browser.text(web_row).await?;
+        browser.text("tr[id=\"row:default:api\"]").await
+    })
+    .await;
+    eventually("the live stream to connect", async || {
+        (browser.text("#connection").await? == "live").then_some(())
+    })
+    .await;
+    browser.screenshot(&shots.join("overview.png")).await;
+
+    // A change made with kubectl shows on the page without a reload.
+    let changed_at = Instant::now();
+    let patched = world
+        .kubectl(
+            &kubeconfig,
+            &[
+                "patch",
+                "rollout",
+                "web",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"template":{"spec":{"containers":[{"name":"main","image":"web:2"}]}}}}"#,
+            ],
+        )
+        .output()
+        .expect("kubectl runs");
+    assert!(patched.status.success());
+    let kubectl_took = changed_at.elapsed();
+    eventually("web:2 in the page", async || {
+        browser.text(web_row).await?.contains("web:2").then_some(())
+    })
+    .await;
+    println!(
+        "in chromium: the changed row showed {:?} after kubectl patch returned ({kubectl_took:?} for kubectl itself)",
+        changed_at.elapsed() - kubectl_took
+    );
+    browser.screenshot(&shots.join("overview-live.png")).await;
+
+    // Promote and abort from the Rollout's page, each after its confirmation.
+    browser.open(&format!("{base}/rollouts/default/web")).await;
+    eventually("the tree", async || {
+        browser
+            .text("pre.tree")
+            .await
+            .filter(|t| t.contains("Name:"))
+    })
+    .await;
+    browser.screenshot(&shots.join("rollout.png")).await;
+    browser.click("button[data-action=\"promote\"]").await;
+    assert!(browser.confirm().await.contains("Promote rollout 'web'"));
+    eventually("the promoted message", async || {
+        browser
+            .text("#toast")
+            .await
+            .filter(|t| t.contains("rollout 'web' promoted"))
+    })
+    .await;
+    assert!(world.rollout("web").await["status"]["pauseConditions"].is_null());
+    browser.click("button[data-action=\"abort\"]").await;
+    assert!(browser.confirm().await.contains("Abort rollout 'web'"));
+    eventually("the Rollout aborted", async || {
+        (world.rollout("web").await["status"]["abort"] == true).then_some(())
+    })
+    .await;
+    eventually("the page to show the abort", async || {
+        browser
+            .text("ol.steps")
+            .await
+            .filter(|t| t.contains("aborted"))
+    })
+    .await;
+    browser.screenshot(&shots.join("rollout-aborted.png")).await;
+
+    // The analysis chart shows the run's measurements.
+    browser
+        .open(&format!("{base}/rollouts/default/web/analysis"))
+        .await;
+    eventually("the chart", async || {
+        browser.text("figure.metric figcaption").await
+    })
+    .await;
+    browser.screenshot(&shots.join("analysis.png")).await;
+    println!("screenshots in {}", shots.display());
+}

@@ -266,7 +266,9 @@ pub fn render_svg(chart: &MetricChart) -> Result<Option<String>, String> {
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .fold(0.0f64, f64::max)
-        .max(1.0);
+        .max(1.0)
+        // Room for the last point's marker.
+        * 1.03;
     let error =
         |e: &dyn std::fmt::Display| format!("cannot draw the chart of {}: {e}", chart.metric);
     let mut svg = String::new();
