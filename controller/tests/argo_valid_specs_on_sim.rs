@@ -1,15 +1,19 @@
 //! Specs Argo Rollouts accepts, run with the real `rollouts-controller` binary on kube-sim as
 //! Argo runs them: Istio subset-level routing with no canaryService or stableService (the
-//! DestinationRule's subsets are the destinations).
+//! DestinationRule's subsets are the destinations); background analysis that starts without
+//! waiting for canary pods, so a crash-looping canary is analysed and aborted.
 
 mod support;
 
 use std::ops::Deref;
 use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
+use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun};
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
+use rollouts_e2e::fake_prometheus::FakePrometheus;
 use rollouts_e2e::sim::SimOptions;
 use serde_json::{Value, json};
 use support::{Controller, NAMESPACE, Sim, eventually};
@@ -247,4 +251,101 @@ async fn istio_subset_split_without_services_runs_as_in_argo() {
         (v2.clone(), v2.clone()),
         "{rule} {vs}"
     );
+}
+
+/// A background analysis with no `startingStep`, whose canary's pods crash-loop: Argo's
+/// `reconcileBackgroundAnalysisRun` starts the run without looking at the canary's pods, so the
+/// bad metric aborts the update and the stable keeps every pod, instead of the update waiting
+/// for pods that never come.
+#[tokio::test]
+async fn a_crash_looping_canary_is_analysed_in_the_background_and_aborted() {
+    const ERRORS: &str = "sum(rate(http_requests_total{code=\"500\"}[1m]))";
+    let cluster = Cluster::start("crash-loop-background");
+    let prometheus = FakePrometheus::start().await;
+    prometheus.values(ERRORS, &["0.5"]);
+    let _controller = cluster.controller();
+    cluster
+        .create_template(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate",
+            "metadata": {"name": "errors", "namespace": NAMESPACE},
+            "spec": {"metrics": [{
+                "name": "errors", "interval": "1s", "successCondition": "result[0] < 0.05",
+                "provider": {"prometheus": {"address": prometheus.address, "query": ERRORS}}
+            }]}
+        }))
+        .await;
+    let mut rollout =
+        support::canary_rollout("web", 2, "web:1", json!([{"setWeight": 50}, {"pause": {}}]));
+    if let Some(canary) = rollout.spec.strategy.canary.as_mut() {
+        canary.analysis =
+            serde_json::from_value(json!({"templates": [{"templateName": "errors"}]}))
+                .expect("a background analysis");
+    }
+    cluster.create_rollout(rollout).await;
+    let v1 = cluster.wait_healthy(DEADLINE, "web", 2).await.stable_rs;
+    let runs: Api<AnalysisRun> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let background = ListParams::default().labels("rollout-type=Background");
+    assert!(
+        runs.list(&background)
+            .await
+            .expect("lists runs")
+            .items
+            .is_empty(),
+        "no run on the first deploy"
+    );
+
+    cluster
+        .rollouts()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {
+                "metadata": {"annotations": {"sim.rollouts.dev/crash-loop": "true"}},
+                "spec": {"containers": [{"name": "app", "image": "web:2"}]}
+            }}})),
+        )
+        .await
+        .expect("a crash-looping revision");
+    let aborted = cluster
+        .status_where("web", "aborted by the background run", |status| {
+            status.abort && status.phase == "Degraded"
+        })
+        .await;
+    let v2 = aborted.current_pod_hash.clone();
+    assert_ne!(v2, v1);
+    assert_eq!(aborted.stable_rs, v1);
+    let progressing = aborted
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .expect("a Progressing condition");
+    assert!(
+        progressing
+            .message
+            .contains("Background analysis phase error/failed"),
+        "{progressing:?}"
+    );
+    let listed = runs.list(&background).await.expect("lists runs").items;
+    assert_eq!(listed.len(), 1, "one background run");
+    assert_eq!(
+        listed[0].labels().get("rollouts-pod-template-hash"),
+        Some(&v2)
+    );
+    assert_eq!(
+        listed[0].status.as_ref().map(|s| s.phase),
+        Some(AnalysisPhase::Failed)
+    );
+    eventually(
+        DEADLINE,
+        "the canary scaled down, the stable whole",
+        || async {
+            let replica_sets = cluster.replica_sets("web").await;
+            let v1_pods = replica_sets.get(&format!("web-{v1}")).copied();
+            let v2_pods = replica_sets
+                .get(&format!("web-{v2}"))
+                .map(|(replicas, _)| *replicas);
+            (v1_pods == Some((2, 2)) && v2_pods == Some(0)).then_some(())
+        },
+    )
+    .await;
 }

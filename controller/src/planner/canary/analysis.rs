@@ -1,7 +1,9 @@
 //! Background analysis of a canary (`spec.strategy.canary.analysis`): one run per revision,
-//! started at `startingStep` once the canary pods for that step are available (and, with a
-//! router, its weight applied), so cold pods are not judged; it runs until the update ends and
-//! is terminated then. A failed or errored run aborts the update, an inconclusive one pauses it.
+//! started as soon as the update is at or past `startingStep`, whether or not the canary has
+//! available pods (Argo's `reconcileBackgroundAnalysisRun`), so a canary whose pods crash is
+//! analysed and aborted rather than waiting forever; it runs until the update ends and is
+//! terminated then. A failed or errored run aborts the update, an inconclusive one pauses it.
+//! Step analysis keeps its warm-up rule (`canary_warm`).
 
 use rollouts_crds::analysis::AnalysisPhase;
 use rollouts_crds::conditions::PAUSE_REASON_INCONCLUSIVE_ANALYSIS;
@@ -99,24 +101,20 @@ impl<'a> Planner<'a> {
                 if inconclusive_pause {
                     current = run.map(|run| run.name.clone());
                 } else if needs_new {
-                    if self.canary_warm(self.desired_counts()) {
-                        let name = self.new_background_run_name();
-                        plan.create_analysis_runs.push(AnalysisRunToCreate {
-                            name: name.clone(),
-                            step_index: self.step_index(),
-                            rollout_type: ROLLOUT_TYPE_BACKGROUND.into(),
-                            pod_template_hash: self.current_hash.clone(),
-                            stable_pod_template_hash: self.base.stable_rs.clone(),
-                            analysis: background.analysis.clone(),
-                            spec: None,
-                            revision: None,
-                        });
-                        next.canary.current_background_analysis_run_status =
-                            Some(pending_pointer(&name));
-                        current = Some(name);
-                    } else {
-                        next.canary.current_background_analysis_run_status = None;
-                    }
+                    let name = self.new_background_run_name();
+                    plan.create_analysis_runs.push(AnalysisRunToCreate {
+                        name: name.clone(),
+                        step_index: self.step_index(),
+                        rollout_type: ROLLOUT_TYPE_BACKGROUND.into(),
+                        pod_template_hash: self.current_hash.clone(),
+                        stable_pod_template_hash: self.base.stable_rs.clone(),
+                        analysis: background.analysis.clone(),
+                        spec: None,
+                        revision: None,
+                    });
+                    next.canary.current_background_analysis_run_status =
+                        Some(pending_pointer(&name));
+                    current = Some(name);
                 } else if let Some(run) = run {
                     self.record_background_phase(next, run);
                     match run.phase {

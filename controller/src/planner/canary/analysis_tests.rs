@@ -1,5 +1,6 @@
-//! Background analysis, the warm-up rule for step analysis and the composition of each run
-//! from its templates, planned over the shared fake cluster ([`crate::planner::test_world`]).
+//! Background analysis (started without waiting for canary pods, as in Argo), the warm-up rule
+//! for step analysis and the composition of each run from its templates, planned over the
+//! shared fake cluster ([`crate::planner::test_world`]).
 
 use rollouts_crds::rollout::{
     CanaryStep, ROLLOUT_TYPE_BACKGROUND, ROLLOUT_TYPE_STEP, RolloutAnalysisBackground,
@@ -198,17 +199,10 @@ fn background_run_starts_at_starting_step_once_the_canary_pods_are_available() {
 }
 
 #[test]
-fn background_run_without_starting_step_starts_once_the_first_canary_pods_are_available() {
+fn background_run_without_starting_step_starts_at_once_without_waiting_for_canary_pods() {
     let (mut world, _) = World::deployed(background_rollout(4, None));
     world.instant = false;
     world.update_image("nginx:1.28");
-    world.settle();
-    assert_eq!(world.status().current_step_index, Some(0));
-    assert!(
-        world.background_runs().is_empty(),
-        "cold pods are not judged"
-    );
-    world.make_pods_available();
     let plan = world.step();
     assert_eq!(plan.create_analysis_runs.len(), 1, "{plan:#?}");
     assert_eq!(
@@ -216,8 +210,42 @@ fn background_run_without_starting_step_starts_once_the_first_canary_pods_are_av
         ROLLOUT_TYPE_BACKGROUND
     );
     world.settle();
+    assert_eq!(world.status().current_step_index, Some(0));
+    assert_eq!(world.background_runs().len(), 1, "one run, with cold pods");
+    world.make_pods_available();
+    world.settle();
     assert_eq!(world.status().current_step_index, Some(1));
+    assert_eq!(world.background_runs().len(), 1, "the same run goes on");
+}
+
+/// Argo's `reconcileBackgroundAnalysisRun` does not look at the canary's pods: a canary whose
+/// pods never become available is still analysed, and the failed run aborts the update back to
+/// the stable.
+#[test]
+fn a_crash_looping_canary_is_analysed_and_aborted() {
+    let (mut world, v1) = World::deployed(background_rollout(4, None));
+    world.instant = false;
+    world.update_image("nginx:1.28");
+    world.settle();
+    let v2 = world.status().current_pod_hash.clone();
+    assert_eq!(world.rs(&v2).available_replicas, 0, "the canary pods crash");
+    assert_eq!(world.status().current_step_index, Some(0));
     assert_eq!(world.background_runs().len(), 1);
+    world.set_background_phase(
+        AnalysisPhase::Failed,
+        "metric \"error-rate\" assessed Failed",
+    );
+    world.settle();
+    let status = world.status();
+    assert!(status.abort);
+    assert_eq!(status.phase, PHASE_DEGRADED);
+    assert_eq!(status.stable_rs, v1);
+    assert_eq!(
+        world.rs(&v2).replicas,
+        0,
+        "the crashing canary is scaled down"
+    );
+    assert_eq!(world.rs(&v1).replicas, 4);
 }
 
 #[test]
