@@ -884,3 +884,72 @@ async fn in_chromium_the_pages_update_live_and_the_buttons_act() {
     browser.screenshot(&shots.join("analysis.png")).await;
     println!("screenshots in {}", shots.display());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_rollouts_are_listed_and_one_change_is_streamed_alone() {
+    const COUNT: usize = 1000;
+    let world = world("thousand");
+    for i in 0..COUNT {
+        world
+            .sim
+            .create("default", rollout(&format!("app-{i:04}"), "app:1"))
+            .expect("seed");
+    }
+    let kubeconfig = world.dir.join("kubeconfig");
+    let dashboard = world.dashboard(&kubeconfig);
+    let overview = eventually("all rows listed", async || {
+        let (_, body) = dashboard.get("/").await;
+        (body.matches("<tr id=\"row:").count() == COUNT).then_some(body)
+    })
+    .await;
+    let loaded_at = Instant::now();
+    let (status, body) = dashboard.get("/").await;
+    let page_load = loaded_at.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(body.matches("<tr id=\"row:").count(), COUNT);
+    let since = overview
+        .split("/events/overview?since=")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page names its stream")
+        .to_string();
+
+    // A page loaded at the current version is sent only the row that changes.
+    let live = dashboard
+        .stream(&format!("/events/overview?since={since}"))
+        .await;
+    // The stream has registered once a keep-alive or a row could arrive; the change below is
+    // made after connecting, and the stream starts from the store, so nothing is missed.
+    eventually("the stream's response head", async || {
+        live.lock()
+            .expect("text")
+            .contains("text/event-stream")
+            .then_some(())
+    })
+    .await;
+    let changed_at = Instant::now();
+    world
+        .rollouts()
+        .patch(
+            "app-0500",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "app:2"}]}}}})),
+        )
+        .await
+        .expect("patch");
+    eventually("app:2 on the stream", async || {
+        live.lock().expect("text").contains("app:2").then_some(())
+    })
+    .await;
+    let streamed = changed_at.elapsed();
+    let text = live.lock().expect("text").clone();
+    assert_eq!(
+        text.matches("event: row").count(),
+        1,
+        "only the changed row is sent: {text}"
+    );
+    println!(
+        "{COUNT} rollouts: overview page {} KiB served in {page_load:?}; one change on the stream {streamed:?} after the API write",
+        body.len() / 1024
+    );
+}

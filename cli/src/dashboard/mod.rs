@@ -77,6 +77,7 @@ pub async fn run(cluster: Cluster, args: &Args) -> Result<()> {
         client: cluster.client.clone(),
         server: cluster.server.clone(),
         allowed_hosts: allowed_hosts(address),
+        row_cache: Default::default(),
     });
     let shown = match &scope {
         Scope::All => "all namespaces".to_string(),

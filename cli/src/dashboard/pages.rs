@@ -101,12 +101,11 @@ pub fn row_id(namespace: &str, name: &str) -> String {
 
 /// One overview row. It holds no time-dependent text (the age is drawn by the page from
 /// `data-created`), so a row is sent again only when the Rollout really changed.
-pub fn overview_row(rollout: &Value, owned_sets: &[Value]) -> String {
+pub fn overview_row(rollout: &Value, owned_sets: &[&Value]) -> String {
     let row = list_row(rollout);
     let health = rollout_health(rollout);
     let weight = if row.strategy == "Canary" {
-        let sets: Vec<&Value> = owned_sets.iter().collect();
-        let (asked, actual) = weights(rollout, &sets);
+        let (asked, actual) = weights(rollout, owned_sets);
         format!("{asked}% / {actual}%")
     } else {
         "-".to_string()

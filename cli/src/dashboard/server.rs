@@ -47,6 +47,8 @@ pub struct Dashboard {
     pub server: String,
     /// The `Host` headers accepted; `None` when bound to a non-loopback address on purpose.
     pub allowed_hosts: Option<Vec<String>>,
+    /// Overview rows by row id, with the resourceVersions they were drawn from.
+    pub row_cache: std::sync::Mutex<BTreeMap<String, (String, String)>>,
 }
 
 impl Dashboard {
@@ -99,24 +101,43 @@ impl Dashboard {
         })
     }
 
-    /// Every overview row, by row id.
+    /// Every overview row, by row id. A row is drawn again only when its Rollout or one of
+    /// its ReplicaSets has a new resourceVersion; the others come from the cache.
     fn rows(&self) -> BTreeMap<String, String> {
-        self.store
-            .rollouts_with_sets()
-            .iter()
-            .map(|(rollout, sets)| {
-                let text = |p: &str| {
-                    rollout
-                        .pointer(p)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                };
-                (
-                    pages::row_id(text("/metadata/namespace"), text("/metadata/name")),
-                    pages::overview_row(rollout, sets),
-                )
-            })
-            .collect()
+        let mut cache = self
+            .row_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut rows = BTreeMap::new();
+        self.store.each_rollout_with_sets(|rollout, sets| {
+            let text = |value: &Value, p: &str| {
+                value
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let id = pages::row_id(
+                &text(rollout, "/metadata/namespace"),
+                &text(rollout, "/metadata/name"),
+            );
+            let mut versions = text(rollout, "/metadata/resourceVersion");
+            for set in sets {
+                versions.push(',');
+                versions.push_str(&text(set, "/metadata/resourceVersion"));
+            }
+            let row = match cache.get(&id) {
+                Some((seen, row)) if *seen == versions && !versions.is_empty() => row.clone(),
+                _ => {
+                    let row = pages::overview_row(rollout, sets);
+                    cache.insert(id.clone(), (versions, row.clone()));
+                    row
+                }
+            };
+            rows.insert(id, row);
+        });
+        cache.retain(|id, _| rows.contains_key(id));
+        rows
     }
 }
 

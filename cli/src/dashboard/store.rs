@@ -208,23 +208,20 @@ impl Store {
         namespaces
     }
 
-    /// Each Rollout with the ReplicaSets it owns (for the weight its pods really get).
-    pub fn rollouts_with_sets(&self) -> Vec<(Value, Vec<Value>)> {
+    /// Calls `visit` with each Rollout and the ReplicaSets it owns (for the weight its pods
+    /// really get), under the read lock, without copying them.
+    pub fn each_rollout_with_sets(&self, mut visit: impl FnMut(&Value, &[&Value])) {
         let all = self.read();
-        all.rollouts
-            .iter()
-            .map(|((namespace, _), rollout)| {
-                let sets = all
-                    .replica_sets
-                    .range((namespace.clone(), String::new())..)
-                    .take_while(|((ns, _), _)| ns == namespace)
-                    .map(|(_, rs)| rs)
-                    .filter(|rs| owned_by(rs, rollout))
-                    .cloned()
-                    .collect();
-                (rollout.clone(), sets)
-            })
-            .collect()
+        for ((namespace, _), rollout) in &all.rollouts {
+            let sets: Vec<&Value> = all
+                .replica_sets
+                .range((namespace.clone(), String::new())..)
+                .take_while(|((ns, _), _)| ns == namespace)
+                .map(|(_, rs)| rs)
+                .filter(|rs| owned_by(rs, rollout))
+                .collect();
+            visit(rollout, &sets);
+        }
     }
 
     /// One Rollout and what it owns: its ReplicaSets, their pods, its AnalysisRuns.
