@@ -340,7 +340,8 @@ async fn a_healthy_canary_argo_left_moves_nothing_and_releases_from_argos_replic
         "observedGeneration": "1", "phase": "Healthy", "selector": "app=web"
     });
     let argo = Takeover::new("healthy", 4, V1, pause_steps(), status).await;
-    argo.replica_set(STABLE, V1, 4, "1", json!({})).await;
+    // Revision 2, as the Rollout's own annotation says: Argo keeps the two equal.
+    argo.replica_set(STABLE, V1, 4, "2", json!({})).await;
     argo.wait_running(&[(STABLE, 4)]).await;
 
     let (controller, argo_status) = argo.start_controller().await;

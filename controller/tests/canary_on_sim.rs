@@ -535,9 +535,9 @@ async fn a_failed_step_analysis_aborts_back_to_stable() {
     );
 }
 
-/// `spec.minReadySeconds` is not part of the pod template, so changing it makes no new
-/// revision: the live ReplicaSet is given the new value, as Argo keeps it in step, and nothing
-/// else is written to it.
+/// The Rollout carries its revision's number in `rollout.argoproj.io/revision`, and
+/// `spec.minReadySeconds`, not part of the pod template, makes no new revision when changed:
+/// the live ReplicaSet is given the new value, as Argo keeps it in step.
 #[tokio::test]
 async fn a_changed_min_ready_seconds_reaches_the_live_replica_set() {
     let cluster = Cluster::start("min-ready");
@@ -547,6 +547,16 @@ async fn a_changed_min_ready_seconds_reaches_the_live_replica_set() {
         .create_rollout(rollout("min-ready", 2, "app:v1", steps))
         .await;
     let hash = cluster.healthy("min-ready", 2).await;
+    // The Rollout carries its revision, as Argo's does.
+    let revision = eventually(DEADLINE, "the Rollout's revision annotation", || async {
+        let rollout = cluster.rollouts().get("min-ready").await.ok()?;
+        rollout
+            .annotations()
+            .get("rollout.argoproj.io/revision")
+            .cloned()
+    })
+    .await;
+    assert_eq!(revision, "1");
     cluster
         .rollouts()
         .patch(

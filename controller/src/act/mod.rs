@@ -146,6 +146,14 @@ pub async fn apply(
         replica_sets::delete(&writer, name).await?;
     }
 
+    if let Some(revision) = &plan.rollout_revision {
+        let patch = serde_json::json!({
+            "metadata": {"annotations": {REVISION_ANNOTATION: revision}}
+        });
+        writer
+            .patch::<Rollout>("set the revision annotation of", &target.name, &patch)
+            .await?;
+    }
     // Events before the status they report: a pass cut off between the two plans the same
     // events again from the same Rollout version, and those already sent are recognised by
     // name (see `status::publish`); after the status, a cut lost them.

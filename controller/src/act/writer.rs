@@ -60,6 +60,10 @@ impl Written for Service {
     const KIND: &'static str = "Service";
 }
 
+impl Written for rollouts_crds::rollout::Rollout {
+    const KIND: &'static str = "Rollout";
+}
+
 impl Written for Pod {
     const KIND: &'static str = "Pod";
 }

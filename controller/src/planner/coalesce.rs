@@ -186,7 +186,7 @@ mod tests {
         for _ in 0..10 {
             let plan = coalesced(&rollout, &observed, now);
             act(&mut observed, &plan, true);
-            rollout.status = Some(plan.status);
+            crate::planner::test_world::apply_to_rollout(&mut rollout, &plan);
         }
         let status = rollout.status.as_ref().expect("status");
         assert_eq!(status.phase, "Healthy", "{status:?}");
@@ -200,7 +200,7 @@ mod tests {
         let (mut rollout, mut observed) = updating(steps, at(0));
         let started = coalesced(&rollout, &observed, at(1));
         act(&mut observed, &started, false);
-        rollout.status = Some(started.status);
+        crate::planner::test_world::apply_to_rollout(&mut rollout, &started);
         pods_ready(&mut observed);
 
         let next = coalesced(&rollout, &observed, at(2));
@@ -241,7 +241,7 @@ mod tests {
         for second in 1..4 {
             let plan = coalesced(&rollout, &observed, at(second));
             act(&mut observed, &plan, true);
-            rollout.status = Some(plan.status);
+            crate::planner::test_world::apply_to_rollout(&mut rollout, &plan);
         }
         let status = rollout.status.clone().expect("status");
         assert_eq!(status.current_step_index, Some(1), "{status:?}");
@@ -264,7 +264,7 @@ mod tests {
         let (mut rollout, mut observed) = updating(steps, at(0));
         let started = coalesced(&rollout, &observed, at(0));
         act(&mut observed, &started, false);
-        rollout.status = Some(started.status.clone());
+        crate::planner::test_world::apply_to_rollout(&mut rollout, &started);
         // The canary pod exists and is not ready, the stable lost one: only counts moved.
         let held = coalesced(&rollout, &observed, at(1));
         assert!(!held.status_changed, "{:?}", held.status);

@@ -115,10 +115,37 @@ fn plan_resolved(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan
         plan.sync_min_ready_seconds =
             min_ready_seconds_to_sync(rollout, observed, &plan.status.current_pod_hash);
     }
+    plan.rollout_revision = rollout_revision_to_write(rollout, observed, &plan);
     plan.delete_analysis_runs = run_history::runs_to_delete(rollout, observed, &plan);
     restart::reconcile(rollout, observed, now, &mut plan);
     workload_ref::reconcile(rollout, observed, &mut plan);
     plan
+}
+
+/// The current revision's number, when the Rollout's own revision annotation says otherwise:
+/// the ReplicaSet this plan creates or revises, else the live one of the current hash.
+fn rollout_revision_to_write(
+    rollout: &Rollout,
+    observed: &Observed,
+    plan: &Plan,
+) -> Option<String> {
+    let current = &plan.status.current_pod_hash;
+    let revision = match (&plan.create_replica_set, &plan.revise_replica_set) {
+        (Some(new_rs), _) => Some(new_rs.revision),
+        (None, Some(revised)) => Some(revised.revision),
+        (None, None) => observed
+            .replica_sets
+            .iter()
+            .find(|rs| &rs.pod_template_hash == current && !current.is_empty())
+            .and_then(ObservedReplicaSet::revision),
+    }?;
+    let wanted = revision.to_string();
+    let carried = rollout
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(REVISION_ANNOTATION));
+    (carried != Some(&wanted)).then_some(wanted)
 }
 
 /// The current revision's ReplicaSet and the Rollout's `minReadySeconds`, when they differ.
@@ -539,6 +566,9 @@ pub struct Plan {
     /// Rollout's, changed since it was created (not part of the pod template, so no new
     /// revision), as Argo keeps it in step.
     pub sync_min_ready_seconds: Option<(String, i32)>,
+    /// The `rollout.argoproj.io/revision` annotation the Rollout itself must carry: its
+    /// current revision's, as Argo keeps it (tools read the revision from the Rollout).
+    pub rollout_revision: Option<String>,
 }
 
 impl Plan {
@@ -574,6 +604,7 @@ impl Plan {
             scale_deployment: None,
             refresh_anti_affinity: None,
             sync_min_ready_seconds: None,
+            rollout_revision: None,
         }
     }
 
@@ -594,6 +625,7 @@ impl Plan {
             && self.scale_deployment.is_none()
             && self.refresh_anti_affinity.is_none()
             && self.sync_min_ready_seconds.is_none()
+            && self.rollout_revision.is_none()
     }
 }
 
@@ -677,5 +709,59 @@ mod replica_set_sync_tests {
             ..Observed::default()
         };
         assert_eq!(status::replica_failure(&healthy, "new"), None);
+    }
+}
+
+#[cfg(test)]
+mod rollout_revision_tests {
+    use rollouts_crds::rollout::CanaryStep;
+
+    use super::*;
+
+    fn rs(hash: &str, revision: &str) -> ObservedReplicaSet {
+        ObservedReplicaSet {
+            name: format!("web-{hash}"),
+            pod_template_hash: hash.into(),
+            replicas: 1,
+            current_replicas: 1,
+            ready_replicas: 1,
+            available_replicas: 1,
+            annotations: BTreeMap::from([(REVISION_ANNOTATION.to_string(), revision.to_string())]),
+            created: Timestamp::UNIX_EPOCH,
+            min_ready_seconds: 0,
+            replica_failure: None,
+        }
+    }
+
+    #[test]
+    fn the_rollout_carries_its_current_revisions_number() {
+        let mut rollout = Rollout::test_canary("web", vec![CanaryStep::weight(50)]);
+        let observed = Observed {
+            replica_sets: vec![rs("old", "1"), rs("new", "3")],
+            ..Observed::default()
+        };
+        let mut plan = Plan::unchanged(&rollout);
+        plan.status.current_pod_hash = "new".into();
+        assert_eq!(
+            rollout_revision_to_write(&rollout, &observed, &plan).as_deref(),
+            Some("3")
+        );
+        rollout.metadata.annotations = Some(BTreeMap::from([(
+            REVISION_ANNOTATION.to_string(),
+            "3".to_string(),
+        )]));
+        assert_eq!(rollout_revision_to_write(&rollout, &observed, &plan), None);
+        // A ReplicaSet this plan creates or revises gives the number.
+        plan.revise_replica_set = Some(ReplicaSetRevision {
+            name: "web-old".into(),
+            revision: 4,
+        });
+        assert_eq!(
+            rollout_revision_to_write(&rollout, &observed, &plan).as_deref(),
+            Some("4")
+        );
+        plan.revise_replica_set = None;
+        plan.status.current_pod_hash = String::new();
+        assert_eq!(rollout_revision_to_write(&rollout, &observed, &plan), None);
     }
 }

@@ -238,7 +238,7 @@ mod tests {
             let plan = plan(&rollout, &observed, at(0));
             apply_writes(&mut observed, &plan, at(0), true);
             let done = plan.is_noop();
-            rollout.status = Some(plan.status);
+            crate::planner::test_world::apply_to_rollout(&mut rollout, &plan);
             if done {
                 break;
             }

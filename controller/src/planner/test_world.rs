@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
 use rollouts_crds::analysis::AnalysisPhase;
-use rollouts_crds::rollout::{ROLLOUT_TYPE_STEP, SCALE_DOWN_DEADLINE_ANNOTATION_KEY};
+use rollouts_crds::rollout::{ROLLOUT_TYPE_STEP, Rollout, SCALE_DOWN_DEADLINE_ANNOTATION_KEY};
 
 use super::{Observed, ObservedAnalysisRun, ObservedReplicaSet, Plan, REVISION_ANNOTATION};
 
@@ -107,4 +107,16 @@ pub fn rs_named<'a>(observed: &'a mut Observed, name: &str) -> &'a mut ObservedR
         .iter_mut()
         .find(|rs| rs.name == name)
         .expect("ReplicaSet exists")
+}
+
+/// Applies what a plan writes on the Rollout itself: its status and revision annotation.
+pub fn apply_to_rollout(rollout: &mut Rollout, plan: &Plan) {
+    rollout.status = Some(plan.status.clone());
+    if let Some(revision) = &plan.rollout_revision {
+        rollout
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(REVISION_ANNOTATION.to_string(), revision.clone());
+    }
 }

@@ -50,7 +50,7 @@ impl World {
             self.selectors
                 .insert(selector.service.clone(), selector.pod_template_hash.clone());
         }
-        self.rollout.status = Some(plan.status.clone());
+        crate::planner::test_world::apply_to_rollout(&mut self.rollout, plan);
     }
 
     fn step(&mut self) -> Plan {

@@ -50,7 +50,7 @@ impl World {
     fn step(&mut self) -> Plan {
         let plan = self.plan();
         apply_writes(&mut self.observed, &plan, self.now, self.instant);
-        self.rollout.status = Some(plan.status.clone());
+        crate::planner::test_world::apply_to_rollout(&mut self.rollout, &plan);
         self.now = self
             .now
             .checked_add(SignedDuration::from_secs(1))

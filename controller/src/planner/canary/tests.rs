@@ -45,7 +45,7 @@ impl World {
 
     fn apply(&mut self, plan: &Plan) {
         self.apply_actions(plan);
-        self.rollout.status = Some(plan.status.clone());
+        crate::planner::test_world::apply_to_rollout(&mut self.rollout, plan);
     }
 
     fn step(&mut self) -> Plan {

@@ -94,7 +94,7 @@ impl World {
         if let Some(traffic) = &plan.traffic {
             self.apply_traffic(traffic);
         }
-        self.rollout.status = Some(plan.status.clone());
+        crate::planner::test_world::apply_to_rollout(&mut self.rollout, plan);
         self.check_traffic_on_available_pods();
     }
 
