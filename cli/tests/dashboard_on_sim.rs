@@ -152,11 +152,24 @@ impl Drop for Dashboard {
 
 /// One HTTP/1.1 exchange on its own connection: the status and the body.
 async fn exchange(authority: &str, method: &str, path: &str, headers: &[&str]) -> (u16, String) {
+    exchange_with_body(authority, method, path, headers, "").await
+}
+
+/// [`exchange`] with a request body.
+async fn exchange_with_body(
+    authority: &str,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &str,
+) -> (u16, String) {
     let mut stream = TcpStream::connect(authority)
         .await
         .expect("dashboard answers");
-    let mut request =
-        format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: 0\r\n");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     if !headers
         .iter()
         .any(|h| h.to_lowercase().starts_with("host:"))
@@ -168,6 +181,7 @@ async fn exchange(authority: &str, method: &str, path: &str, headers: &[&str]) -
         request.push_str("\r\n");
     }
     request.push_str("\r\n");
+    request.push_str(body);
     stream.write_all(request.as_bytes()).await.expect("send");
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await.expect("read");
@@ -409,6 +423,35 @@ async fn the_dashboard_lists_streams_changes_and_promotes() {
     let (status, body) = dashboard.post("/api/rollouts/default/web/abort").await;
     assert_eq!((status, body.as_str()), (200, "rollout 'web' aborted"));
     assert_eq!(world.rollout("web").await["status"]["abort"], true);
+    let (status, body) = exchange_with_body(
+        &dashboard.authority,
+        "POST",
+        "/api/rollouts/default/web/set-image",
+        &["X-Rollouts-Dashboard: action"],
+        "main=web:3",
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "rollout \"web\" image updated")
+    );
+    assert_eq!(
+        world.rollout("web").await["spec"]["template"]["spec"]["containers"][0]["image"],
+        "web:3"
+    );
+    let (status, body) = exchange_with_body(
+        &dashboard.authority,
+        "POST",
+        "/api/rollouts/default/web/set-image",
+        &["X-Rollouts-Dashboard: action"],
+        "sidecar=x:1",
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.contains("unable to find container named \"sidecar\""),
+        "{body}"
+    );
     let (status, body) = dashboard.post("/api/rollouts/default/nope/abort").await;
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("NotFound"), "{body}");

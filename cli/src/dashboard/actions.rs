@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::patch::PatchRequest;
-use crate::verbs::{abort, pause, promote, restart, resume, retry};
+use crate::verbs::{abort, pause, promote, restart, resume, retry, set_image};
 
 /// What a button asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,10 +20,12 @@ pub enum Action {
     Pause,
     Resume,
     Restart,
+    /// `CONTAINER=IMAGE`, sent as the request body.
+    SetImage,
 }
 
 impl Action {
-    pub const ALL: [Action; 7] = [
+    pub const ALL: [Action; 8] = [
         Action::Promote,
         Action::PromoteFull,
         Action::Abort,
@@ -31,6 +33,7 @@ impl Action {
         Action::Pause,
         Action::Resume,
         Action::Restart,
+        Action::SetImage,
     ];
 
     /// The action's name in URLs.
@@ -43,6 +46,7 @@ impl Action {
             Action::Pause => "pause",
             Action::Resume => "resume",
             Action::Restart => "restart",
+            Action::SetImage => "set-image",
         }
     }
 
@@ -60,6 +64,7 @@ impl Action {
             Action::Pause => "Pause",
             Action::Resume => "Resume",
             Action::Restart => "Restart",
+            Action::SetImage => "Set image",
         }
     }
 
@@ -77,12 +82,19 @@ impl Action {
             Action::Pause => format!("Pause rollout '{name}' (sets spec.paused)?"),
             Action::Resume => format!("Resume rollout '{name}' (clears spec.paused)?"),
             Action::Restart => format!("Restart every pod of rollout '{name}'?"),
+            Action::SetImage => format!("Set this image on rollout '{name}'?"),
         }
     }
 }
 
 /// Sends `action` to rollout `name` in `cluster`'s namespace; the sentence the plugin prints.
-pub async fn perform(cluster: &Cluster, name: &str, action: Action) -> Result<String> {
+/// `argument` is what the action was given (`CONTAINER=IMAGE` for set image).
+pub async fn perform(
+    cluster: &Cluster,
+    name: &str,
+    action: Action,
+    argument: &str,
+) -> Result<String> {
     let send = async |patches: Vec<PatchRequest>| -> Result<bool> {
         for patch in &patches {
             cluster.apply(patch).await?;
@@ -117,6 +129,10 @@ pub async fn perform(cluster: &Cluster, name: &str, action: Action) -> Result<St
                 }
                 None => Ok(resume::not_paused_message(&rollout)),
             }
+        }
+        Action::SetImage => {
+            let (container, image) = set_image::parse_assignment(argument.trim())?;
+            set_image::set_image(cluster, name, container, image).await
         }
         Action::Restart => {
             send(vec![restart::restart_patch(

@@ -369,13 +369,21 @@ pub fn detail_live(
 }
 
 /// The action buttons; each asks `confirmation` before it posts.
-fn actions_html(namespace: &str, name: &str) -> String {
+fn actions_html(namespace: &str, name: &str, first_assignment: &str) -> String {
     let mut html = String::from("<div class=\"actions\">");
     for action in Action::ALL {
+        // Set image asks for CONTAINER=IMAGE first, offering the first container's.
+        let prompt = match action {
+            Action::SetImage => format!(
+                " data-prompt=\"CONTAINER=IMAGE\" data-value=\"{}\"",
+                escape(first_assignment)
+            ),
+            _ => String::new(),
+        };
         let _ = write!(
             html,
             "<button type=\"button\" data-action=\"{slug}\" data-url=\"/api/rollouts/{ns}/{name}/{slug}\" \
-data-confirm=\"{confirm}\">{label}</button>",
+data-confirm=\"{confirm}\"{prompt}>{label}</button>",
             slug = action.slug(),
             ns = escape(namespace),
             name = escape(name),
@@ -388,12 +396,18 @@ data-confirm=\"{confirm}\">{label}</button>",
 }
 
 /// A Rollout's page around its live part.
-pub fn detail_page(namespace: &str, name: &str, live: &str, stream: &str) -> String {
+pub fn detail_page(rollout: &Value, live: &str, stream: &str) -> String {
+    let namespace = text(rollout, "/metadata/namespace");
+    let name = text(rollout, "/metadata/name");
+    let first_assignment = array(rollout, "/spec/template/spec/containers")
+        .first()
+        .map(|c| format!("{}={}", text(c, "/name"), text(c, "/image")))
+        .unwrap_or_default();
     let main = format!(
         "<h1>{ns} / {name}</h1>{actions}<div id=\"live\">{live}</div>",
         ns = escape(namespace),
         name = escape(name),
-        actions = actions_html(namespace, name),
+        actions = actions_html(namespace, name, &first_assignment),
     );
     layout(name, stream, &main)
 }
@@ -566,8 +580,7 @@ mod tests {
         assert!(live.contains("<p>No conditions.</p>"));
 
         let page = detail_page(
-            "shop",
-            "web",
+            &objects.rollout,
             &live,
             "/events/rollouts/shop/web?page=detail",
         );
@@ -585,6 +598,10 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("data-stream=\"/events/rollouts/shop/web?page=detail\""));
+        assert!(
+            page.contains("data-prompt=\"CONTAINER=IMAGE\" data-value=\"web=web:&lt;2&gt;\""),
+            "{page}"
+        );
         assert!(
             !page.contains("http://") && !page.contains("https://"),
             "no CDN: {page}"

@@ -264,7 +264,20 @@ async fn handle(dashboard: Arc<Dashboard>, request: Request<Incoming>) -> Respon
                     ),
                 );
             };
-            act(&dashboard, ns, name, action).await
+            // The argument (set image's CONTAINER=IMAGE) is small; more is refused.
+            let argument = match http_body_util::Limited::new(request.into_body(), 4096)
+                .collect()
+                .await
+            {
+                Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+                Err(error) => {
+                    return plain(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("cannot read the action's argument: {error}"),
+                    );
+                }
+            };
+            act(&dashboard, ns, name, action, &argument).await
         }
         (_, ["api", ..]) => plain(StatusCode::METHOD_NOT_ALLOWED, "actions are POSTed"),
         _ => plain(StatusCode::NOT_FOUND, format!("no page at {path}")),
@@ -304,13 +317,23 @@ async fn rollout_page(dashboard: &Dashboard, ns: &str, name: &str, page: Page) -
         Page::Analysis => format!("/events/rollouts/{ns}/{name}?page=analysis"),
     };
     html(match page {
-        Page::Detail => pages::detail_page(ns, name, &live, &stream),
+        Page::Detail => match dashboard.store.rollout_objects(ns, name) {
+            Some(objects) => pages::detail_page(&objects.rollout, &live, &stream),
+            // Deleted between the two reads: the stream will say so.
+            None => pages::layout(name, &stream, &format!("<div id=\"live\">{live}</div>")),
+        },
         Page::Analysis => pages::analysis_page(ns, name, &live, &stream),
     })
 }
 
-async fn act(dashboard: &Dashboard, ns: &str, name: &str, action: Action) -> Response<Body> {
-    match perform(&dashboard.cluster(ns), name, action).await {
+async fn act(
+    dashboard: &Dashboard,
+    ns: &str,
+    name: &str,
+    action: Action,
+    argument: &str,
+) -> Response<Body> {
+    match perform(&dashboard.cluster(ns), name, action, argument).await {
         Ok(sentence) => plain(StatusCode::OK, sentence),
         Err(error) => {
             let status = match &error {

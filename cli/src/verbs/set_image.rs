@@ -107,29 +107,40 @@ pub fn set_image_patch(
     })
 }
 
-/// Reads the object holding the template, patches it, retries when it changed meanwhile.
-pub async fn run(cluster: &Cluster, kind: &SetKind) -> Result<()> {
-    let SetKind::Image(args) = kind;
-    let (container, image) = parse_assignment(&args.assignment)?;
+/// Sets `image` on `container` of rollout `rollout`'s template (in the Deployment it names,
+/// with `workloadRef`); retries when the object changed meanwhile. The sentence to print.
+pub async fn set_image(
+    cluster: &Cluster,
+    rollout: &str,
+    container: &str,
+    image: &str,
+) -> Result<String> {
     let mut attempt = 1;
     loop {
-        let rollout =
-            crate::verbs::to_json(cluster.object(TargetKind::Rollout, &args.name).await?)?;
-        let (target, name) = template_holder(&args.name, &rollout)?;
+        let object = crate::verbs::to_json(cluster.object(TargetKind::Rollout, rollout).await?)?;
+        let (target, name) = template_holder(rollout, &object)?;
         let holder = match target {
-            TargetKind::Rollout => rollout,
+            TargetKind::Rollout => object,
             _ => crate::verbs::to_json(cluster.object(target, &name).await?)?,
         };
         let patch = set_image_patch(target, &name, &holder, container, image)?;
         match cluster.apply(&patch).await {
-            Ok(_) => {
-                println!("{} \"{name}\" image updated", kind_word(target));
-                return Ok(());
-            }
+            Ok(_) => return Ok(format!("{} \"{name}\" image updated", kind_word(target))),
             Err(err) if err.is_conflict() && attempt < MAX_ATTEMPTS => attempt += 1,
             Err(err) => return Err(err),
         }
     }
+}
+
+/// Parses the assignment, sets the image, prints what was updated.
+pub async fn run(cluster: &Cluster, kind: &SetKind) -> Result<()> {
+    let SetKind::Image(args) = kind;
+    let (container, image) = parse_assignment(&args.assignment)?;
+    println!(
+        "{}",
+        set_image(cluster, &args.name, container, image).await?
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -91,11 +91,18 @@
   document.addEventListener("click", function (event) {
     var button = event.target.closest("button[data-action]");
     if (!button) { return; }
-    if (!window.confirm(button.getAttribute("data-confirm"))) { return; }
+    var argument = "";
+    var prompt = button.getAttribute("data-prompt");
+    if (prompt) {
+      argument = window.prompt(prompt, button.getAttribute("data-value") || "");
+      if (argument === null) { return; }
+    }
+    if (!window.confirm(button.getAttribute("data-confirm") + (argument ? "\n" + argument : ""))) { return; }
     button.disabled = true;
     fetch(button.getAttribute("data-url"), {
       method: "POST",
-      headers: { "X-Rollouts-Dashboard": "action" }
+      headers: { "X-Rollouts-Dashboard": "action", "Content-Type": "text/plain" },
+      body: argument
     }).then(function (response) {
       return response.text().then(function (text) { show(text, response.ok); });
     }).catch(function (error) {
