@@ -1,7 +1,8 @@
 //! Specs Argo Rollouts accepts, run with the real `rollouts-controller` binary on kube-sim as
 //! Argo runs them: Istio subset-level routing with no canaryService or stableService (the
 //! DestinationRule's subsets are the destinations); background analysis that starts without
-//! waiting for canary pods, so a crash-looping canary is analysed and aborted.
+//! waiting for canary pods, so a crash-looping canary is analysed and aborted; an aborted
+//! routed canary kept for `abortScaleDownDelaySeconds`.
 
 mod support;
 
@@ -95,6 +96,73 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Argo's subset-split objects for `app`, in our own words: a Service, a VirtualService
+    /// `<app>-routes` whose route `primary` splits between the subsets of DestinationRule
+    /// `<app>-subsets`. Returns the two resources.
+    async fn istio_subset_objects(&self, app: &str) -> (ApiResource, ApiResource) {
+        self.create_service(app, app).await;
+        let (virtual_services, rules) = (
+            istio("VirtualService", "virtualservices"),
+            istio("DestinationRule", "destinationrules"),
+        );
+        self.create(
+            &virtual_services,
+            json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "VirtualService",
+            "metadata": {"name": format!("{app}-routes"), "namespace": NAMESPACE},
+            "spec": {"hosts": [app], "http": [{"name": "primary", "route": [
+                {"destination": {"host": app, "subset": "stable"}, "weight": 100},
+                {"destination": {"host": app, "subset": "canary"}, "weight": 0}
+            ]}]}}),
+        )
+        .await;
+        self.create(
+            &rules,
+            json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "DestinationRule",
+            "metadata": {"name": format!("{app}-subsets"), "namespace": NAMESPACE},
+            "spec": {"host": app, "subsets": [
+                {"name": "stable", "labels": {"app": app}},
+                {"name": "canary", "labels": {"app": app}}
+            ]}}),
+        )
+        .await;
+        (virtual_services, rules)
+    }
+}
+
+/// A Rollout `app` routed by [`Cluster::istio_subset_objects`]' subsets, with no Services
+/// named; `canary` adds to its canary strategy.
+fn subset_rollout(app: &str, replicas: Option<i32>, canary: Value) -> Rollout {
+    let mut strategy = json!({
+        "scaleDownDelaySeconds": 2,
+        "trafficRouting": {"istio": {
+            "virtualService": {"name": format!("{app}-routes"), "routes": ["primary"]},
+            "destinationRule": {"name": format!("{app}-subsets"),
+                "canarySubsetName": "canary", "stableSubsetName": "stable"}
+        }}
+    });
+    for (key, value) in canary.as_object().cloned().unwrap_or_default() {
+        strategy[key] = value;
+    }
+    let mut rollout = json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": app, "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app}},
+                "spec": {"containers": [{"name": "app", "image": format!("{app}:1"),
+                    "ports": [{"name": "http", "containerPort": 80}]}]}
+            },
+            "strategy": {"canary": strategy}
+        }
+    });
+    if let Some(replicas) = replicas {
+        rollout["spec"]["replicas"] = json!(replicas);
+    }
+    serde_json::from_value(rollout).expect("a valid Rollout")
+}
+
 /// The canary and stable weights of the VirtualService route `primary`, by subset.
 fn subset_weights(vs: &Value) -> Option<(i64, i64)> {
     let route = vs["spec"]["http"]
@@ -132,56 +200,13 @@ fn subset_hashes(rule: &Value) -> (String, String) {
 async fn istio_subset_split_without_services_runs_as_in_argo() {
     let cluster = Cluster::start("istio-subset-split");
     let _controller = cluster.controller();
-    cluster.create_service("orders", "orders").await;
-    let (virtual_services, rules) = (
-        istio("VirtualService", "virtualservices"),
-        istio("DestinationRule", "destinationrules"),
-    );
-    cluster
-        .create(
-            &virtual_services,
-            json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "VirtualService",
-            "metadata": {"name": "orders-routes", "namespace": NAMESPACE},
-            "spec": {"hosts": ["orders"], "http": [{"name": "primary", "route": [
-                {"destination": {"host": "orders", "subset": "stable"}, "weight": 100},
-                {"destination": {"host": "orders", "subset": "canary"}, "weight": 0}
-            ]}]}}),
-        )
-        .await;
-    cluster
-        .create(
-            &rules,
-            json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "DestinationRule",
-            "metadata": {"name": "orders-subsets", "namespace": NAMESPACE},
-            "spec": {"host": "orders", "subsets": [
-                {"name": "stable", "labels": {"app": "orders"}},
-                {"name": "canary", "labels": {"app": "orders"}}
-            ]}}),
-        )
-        .await;
+    let (virtual_services, rules) = cluster.istio_subset_objects("orders").await;
     // No spec.replicas (one pod), no Services named: as Argo's example has it.
-    let rollout: Rollout = serde_json::from_value(json!({
-        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
-        "metadata": {"name": "orders", "namespace": NAMESPACE},
-        "spec": {
-            "selector": {"matchLabels": {"app": "orders"}},
-            "template": {
-                "metadata": {"labels": {"app": "orders"}},
-                "spec": {"containers": [{"name": "app", "image": "orders:1",
-                    "ports": [{"name": "http", "containerPort": 80}]}]}
-            },
-            "strategy": {"canary": {
-                "scaleDownDelaySeconds": 2,
-                "trafficRouting": {"istio": {
-                    "virtualService": {"name": "orders-routes", "routes": ["primary"]},
-                    "destinationRule": {"name": "orders-subsets",
-                        "canarySubsetName": "canary", "stableSubsetName": "stable"}
-                }},
-                "steps": [{"setWeight": 10}, {"pause": {}}]
-            }}
-        }
-    }))
-    .expect("a valid Rollout");
+    let rollout = subset_rollout(
+        "orders",
+        None,
+        json!({"steps": [{"setWeight": 10}, {"pause": {}}]}),
+    );
     cluster.create_rollout(rollout).await;
 
     let v1 = cluster.wait_healthy(DEADLINE, "orders", 1).await.stable_rs;
@@ -348,4 +373,72 @@ async fn a_crash_looping_canary_is_analysed_in_the_background_and_aborted() {
         },
     )
     .await;
+}
+
+/// `abortScaleDownDelaySeconds` with a router, as Argo's `reconcileNewReplicaSet` does it: the
+/// aborted canary keeps its pods once the weight is back on the stable, its ReplicaSet marked
+/// with a `scale-down-deadline` that far ahead, and is scaled down when it passes.
+#[tokio::test]
+async fn an_aborted_routed_canary_keeps_its_pods_for_abort_scale_down_delay_seconds() {
+    let cluster = Cluster::start("abort-scale-down-delay");
+    let _controller = cluster.controller();
+    let (virtual_services, _) = cluster.istio_subset_objects("ledger").await;
+    let rollout = subset_rollout(
+        "ledger",
+        Some(2),
+        json!({"abortScaleDownDelaySeconds": 3, "steps": [{"setWeight": 50}, {"pause": {}}]}),
+    );
+    cluster.create_rollout(rollout).await;
+    let v1 = cluster.wait_healthy(DEADLINE, "ledger", 2).await.stable_rs;
+    cluster.set_image("ledger", "ledger:2").await;
+    let paused = cluster
+        .status_where("ledger", "paused at 50%", |status| {
+            status.current_step_index == Some(1)
+                && status
+                    .canary
+                    .weights
+                    .as_ref()
+                    .is_some_and(|w| w.canary.weight == 50 && w.verified == Some(true))
+        })
+        .await;
+    let canary = format!("ledger-{}", paused.current_pod_hash);
+    cluster.patch_status("ledger", json!({"abort": true})).await;
+
+    let replica_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+        Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let deadline = eventually(DEADLINE, "the canary's scale-down deadline", || async {
+        let rs = replica_sets.get(&canary).await.ok()?;
+        rs.annotations()
+            .get("scale-down-deadline")
+            .cloned()
+    })
+    .await;
+    let vs = cluster.read(&virtual_services, "ledger-routes").await;
+    assert_eq!(
+        subset_weights(&vs),
+        Some((0, 100)),
+        "weight back first: {vs}"
+    );
+    assert_eq!(
+        cluster
+            .replica_sets("ledger")
+            .await
+            .get(&canary)
+            .map(|(replicas, _)| *replicas),
+        Some(1),
+        "the canary keeps its pod until {deadline}"
+    );
+    eventually(
+        DEADLINE,
+        "the canary scaled down after its deadline",
+        || async {
+            let replica_sets = cluster.replica_sets("ledger").await;
+            let canary_pods = replica_sets.get(&canary).map(|(replicas, _)| *replicas);
+            let stable_pods = replica_sets.get(&format!("ledger-{v1}")).copied();
+            (canary_pods == Some(0) && stable_pods == Some((2, 2))).then_some(())
+        },
+    )
+    .await;
+    let status = cluster.rollout_status("ledger").await;
+    assert!(status.abort && status.phase == "Degraded", "{status:?}");
 }

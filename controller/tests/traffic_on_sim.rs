@@ -331,6 +331,9 @@ impl Cluster {
                     // The previous stable keeps its pods this long after a promotion (30 s
                     // unless set): short, so each promotion is Healthy soon.
                     "scaleDownDelaySeconds": 2,
+                    // An aborted canary keeps its pods this long once the stable is whole
+                    // (30 s unless set).
+                    "abortScaleDownDelaySeconds": 1,
                     "steps": steps
                 }}
             }
@@ -485,7 +488,7 @@ impl Cluster {
 
 /// setWeight 20, pause, setWeight 50, pause to a full promotion with the weights read back;
 /// an out-of-band edit put back; then a third revision aborted at 20, whose canary scales down
-/// only after the router sends it nothing.
+/// only after the router sends it nothing, `abortScaleDownDelaySeconds` later.
 async fn canary_through(router: Router, name: &str) {
     let cluster = Cluster::start(name);
     let _controller = cluster.controller();

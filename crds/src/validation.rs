@@ -362,23 +362,18 @@ fn traffic_routing_limits(
             "name the Services in stableService and canaryService instead",
         ));
     }
-    for (field, present) in [
-        (
-            "abortScaleDownDelaySeconds",
-            canary.abort_scale_down_delay_seconds.is_some(),
-        ),
-        (
-            "scaleDownDelayRevisionLimit",
-            canary.scale_down_delay_revision_limit.is_some(),
-        ),
-    ] {
-        if present {
-            errors.push(FieldError::new(
-                format!("spec.strategy.canary.{field}"),
-                "is not supported with trafficRouting by this controller yet (an aborted canary is scaled down once its weight is 0)",
-                format!("remove {field}"),
-            ));
-        }
+    // Argo holds such a canary at full scale while the weight steps back through the setWeight
+    // steps, which this controller does not plan yet.
+    if canary.effective_dynamic_stable_scale()
+        && canary
+            .abort_scale_down_delay_seconds
+            .is_some_and(|seconds| seconds > 0)
+    {
+        errors.push(FieldError::new(
+            "spec.strategy.canary.abortScaleDownDelaySeconds",
+            "a delayed scale-down on abort is not supported with dynamicStableScale by this controller yet (the canary follows the weight down)",
+            "remove abortScaleDownDelaySeconds (or set it to 0), or dynamicStableScale",
+        ));
     }
 }
 
@@ -2064,16 +2059,24 @@ mod tests {
             .with_traffic_routing(nginx())
             .with_canary(|canary| {
                 canary.abort_scale_down_delay_seconds = Some(10);
+                canary.scale_down_delay_revision_limit = Some(1);
                 canary.traffic_routing.as_mut().expect("routing").nginx =
                     Some(NginxTrafficRouting::default());
             });
         assert_eq!(validate(&rollout), vec![]);
         assert_eq!(
             limit_paths(&rollout),
-            [
-                "spec.strategy.canary.trafficRouting.nginx.stableIngress",
-                "spec.strategy.canary.abortScaleDownDelaySeconds"
-            ]
+            ["spec.strategy.canary.trafficRouting.nginx.stableIngress"]
+        );
+        let dynamic = Rollout::test_canary("web", vec![])
+            .with_traffic_routing(nginx())
+            .with_canary(|canary| {
+                canary.abort_scale_down_delay_seconds = Some(10);
+                canary.dynamic_stable_scale = Some(true);
+            });
+        assert_eq!(
+            limit_paths(&dynamic),
+            ["spec.strategy.canary.abortScaleDownDelaySeconds"]
         );
         let no_router = Rollout::test_canary("web", vec![])
             .with_traffic_routing(RolloutTrafficRouting::default());

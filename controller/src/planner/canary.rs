@@ -495,10 +495,25 @@ impl<'a> Planner<'a> {
                     return;
                 }
             }
-            Some(new_rs) if new_rs.replicas != counts.canary && !self.halted() => {
-                self.scale(plan, new_rs, counts.canary)
+            Some(new_rs) => {
+                let target = match self.abort_scale_down_delay() {
+                    Some(delay) => self.aborted_canary_target(plan, new_rs, delay),
+                    None => {
+                        // No abort delay runs: a deadline left on the canary is stale (Argo's
+                        // removeScaleDownDeadlines).
+                        if revisions::has_scale_down_annotation(new_rs) {
+                            plan.clear_scale_down_deadlines.push(new_rs.name.clone());
+                        }
+                        Some(counts.canary)
+                    }
+                };
+                if let Some(target) = target
+                    && target != new_rs.replicas
+                    && !self.halted()
+                {
+                    self.scale(plan, new_rs, target);
+                }
             }
-            Some(_) => {}
         }
         let scaling = plan.create_replica_set.is_some() || !plan.scale_replica_sets.is_empty();
         if !scaling && !self.halted() {
@@ -517,8 +532,16 @@ impl<'a> Planner<'a> {
     /// Older ReplicaSets serve traffic in a basic canary, so they all go to zero: unavailable
     /// pods first, then as many available ones as maxUnavailable allows, newest revision first.
     /// One with a `scale-down-deadline` still ahead is kept until then. With a router, the
-    /// previous stable is first given a deadline (`scaleDownDelaySeconds`) after a promotion.
+    /// previous stable is first given a deadline (`scaleDownDelaySeconds`) after a promotion,
+    /// and at most `scaleDownDelayRevisionLimit` of them wait, newest first (Argo's
+    /// `scaleDownDelayHelper`); the rest go to zero.
     fn scale_down_others(&mut self, plan: &mut Plan) {
+        let delay_limit = self
+            .canary
+            .scale_down_delay_revision_limit
+            .filter(|_| self.routed())
+            .unwrap_or(i32::MAX);
+        let mut delayed = 0;
         let available = sum_counts(
             self.observed
                 .replica_sets
@@ -533,7 +556,10 @@ impl<'a> Planner<'a> {
         others.sort_by_key(|rs| std::cmp::Reverse((rs.revision().unwrap_or_default(), rs.created)));
         for rs in others {
             if let Some(deadline) = self.scale_down_deadline(rs) {
-                if deadline > self.now {
+                if rs.replicas > 0 {
+                    delayed += 1;
+                }
+                if deadline > self.now && delayed <= delay_limit {
                     self.out.requeue_at(self.now, deadline);
                     continue;
                 }
@@ -547,8 +573,10 @@ impl<'a> Planner<'a> {
             }
             if self.routed()
                 && self.scale_down_deadline(rs).is_none()
+                && delayed < delay_limit
                 && let Some(seconds) = self.routed_scale_down_delay(rs)
             {
+                delayed += 1;
                 let deadline = self
                     .now
                     .checked_add(SignedDuration::from_secs(i64::from(seconds)))

@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
 use rollouts_crds::conditions::TRAFFIC_WEIGHT_UPDATED_REASON;
 use rollouts_crds::rollout::{
     CanaryStep, RolloutStatus, SetCanaryScale, TrafficWeights, WeightDestination,
@@ -17,7 +19,10 @@ use super::super::replicas::{
     CanaryScale, CanaryStableCounts, MAX_WEIGHT, TrafficRoutedInputs,
     calculate_replica_counts_for_traffic_routed_canary,
 };
-use super::super::{CanaryWeight, EventType, ObservedReplicaSet, Plan, TrafficPlan};
+use super::super::revisions;
+use super::super::{
+    CanaryWeight, EventType, ObservedReplicaSet, Plan, ScaleDownDeadline, TrafficPlan,
+};
 use super::{Planner, progress_threshold_met};
 
 /// How long to wait before asking a router again about a weight it does not hold yet (Argo's
@@ -99,7 +104,9 @@ impl<'a> Planner<'a> {
     /// The `setCanaryScale` in force (Argo's `UseSetCanaryScale`): the latest one at or before the
     /// current step, unless it is `matchTrafficWeight`, the update is aborted or the steps are done.
     fn set_canary_scale(&self) -> Option<&'a SetCanaryScale> {
-        if self.is_aborted() {
+        // `abortScaleDownDelaySeconds: 0` asks to leave the canary up on abort, so the scale
+        // stays in force then.
+        if self.is_aborted() && self.canary.abort_scale_down_delay_seconds != Some(0) {
             return None;
         }
         let steps: &'a [CanaryStep] = self.canary.steps();
@@ -341,6 +348,58 @@ impl<'a> Planner<'a> {
         };
         next.canary.weights = Some(weights);
         plan.traffic = Some(traffic);
+    }
+
+    /// How long an aborted routed canary keeps its pods once the routers send it nothing and the
+    /// stable has all its pods available (Argo's `shouldDelayScaleDownOnAbort`):
+    /// `abortScaleDownDelaySeconds`, 30 s unless set. `None` when there is no stable to fall back
+    /// to, the delay is 0 (the canary keeps the scale its steps give it) or the stable scales
+    /// with its traffic (the canary follows the weight down).
+    pub(super) fn abort_scale_down_delay(&self) -> Option<Duration> {
+        if !self.routed()
+            || !self.is_aborted()
+            || self.distinct_stable().is_none()
+            || self.dynamic_stable_scale()
+        {
+            return None;
+        }
+        self.rollout.spec.effective_abort_scale_down_delay()
+    }
+
+    /// The aborted canary's scale while its abort delay runs: kept until its
+    /// `scale-down-deadline`, which is set once the routers hold weight 0 and the stable has
+    /// every pod available; zero after it. `None` keeps the current scale.
+    pub(super) fn aborted_canary_target(
+        &mut self,
+        plan: &mut Plan,
+        new_rs: &ObservedReplicaSet,
+        delay: Duration,
+    ) -> Option<i32> {
+        let traffic_gone = self.weight_in_effect(0);
+        match revisions::scale_down_deadline(new_rs) {
+            Some(deadline) if deadline > self.now => {
+                self.out.requeue_at(self.now, deadline);
+                None
+            }
+            Some(_) => traffic_gone.then_some(0),
+            None => {
+                let stable_serves = self
+                    .distinct_stable()
+                    .is_some_and(|stable| stable.available_replicas >= self.spec_replicas);
+                if stable_serves && traffic_gone && new_rs.replicas > 0 {
+                    let delay = SignedDuration::try_from(delay).unwrap_or(SignedDuration::MAX);
+                    let deadline = self.now.checked_add(delay).unwrap_or(Timestamp::MAX);
+                    // Written to the second, as Argo's RFC 3339 stamp is.
+                    let deadline = Timestamp::from_second(deadline.as_second()).unwrap_or(deadline);
+                    plan.set_scale_down_deadlines.push(ScaleDownDeadline {
+                        name: new_rs.name.clone(),
+                        deadline,
+                    });
+                    self.out.requeue_at(self.now, deadline);
+                }
+                None
+            }
+        }
     }
 
     /// What happens to an older ReplicaSet with a router, before maxUnavailable limits it: the

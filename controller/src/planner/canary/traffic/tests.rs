@@ -513,8 +513,16 @@ fn abort_sets_the_weight_to_zero_before_scaling_the_canary_down() {
         world.settle();
         assert_eq!(
             world.rs(&canary).replicas,
+            canary_pods,
+            "abortScaleDownDelaySeconds (30 s by default) not over yet"
+        );
+        world.wait(29);
+        assert_eq!(world.rs(&canary).replicas, canary_pods);
+        world.wait(1);
+        assert_eq!(
+            world.rs(&canary).replicas,
             0,
-            "scaled down once the weight is 0"
+            "scaled down 30 s after the weight is 0 with the stable whole"
         );
         assert_eq!(world.rs(&stable).replicas, replicas);
         assert_eq!(world.router.weight, 0);
@@ -543,6 +551,8 @@ fn an_aborted_canary_keeps_its_pods_while_the_router_still_sends_it_traffic() {
     world.verify = Verify::Honest;
     world.router.weight = 0;
     world.settle();
+    assert_eq!(world.rs(&canary).replicas, 2, "the abort delay starts now");
+    world.wait(30);
     assert_eq!(world.rs(&canary).replicas, 0);
 }
 
@@ -819,7 +829,13 @@ fn invalid_router_specs_name_the_field() {
                     .canary
                     .as_mut()
                     .expect("canary")
-                    .abort_scale_down_delay_seconds = Some(10)
+                    .abort_scale_down_delay_seconds = Some(10);
+                ro.spec
+                    .strategy
+                    .canary
+                    .as_mut()
+                    .expect("canary")
+                    .dynamic_stable_scale = Some(true);
             },
             "spec.strategy.canary.abortScaleDownDelaySeconds",
         ),
@@ -943,6 +959,7 @@ fn a_restart_between_the_router_write_and_the_status_patch_repeats_the_same_safe
     );
     world.apply(&again);
     world.settle();
+    world.wait(30);
     assert_eq!(world.rs(&canary).replicas, 0);
 }
 
@@ -1015,4 +1032,113 @@ fn istio_subset_level_routing_runs_without_services() {
     world.settle();
     assert_eq!(world.status().stable_rs, canary);
     assert_eq!(world.router.weight, 0);
+}
+
+/// Argo's `reconcileNewReplicaSet` on abort with a router: the canary keeps its pods until the
+/// stable has every pod available, then `abortScaleDownDelaySeconds` more.
+#[test]
+fn an_aborted_canary_waits_for_the_whole_stable_then_its_abort_delay() {
+    let rollout = routed(4, weight_steps(&[50])).with_canary(|canary| {
+        canary.abort_scale_down_delay_seconds = Some(10);
+    });
+    let (mut world, stable) = World::deployed(rollout);
+    let canary = world.update_image("nginx:1.28");
+    world.settle();
+    world.status_mut().abort = true;
+    // Weight 0 is in effect, but the stable lacks a pod: no deadline yet (planned only, since
+    // the fake world refuses traffic on missing stable pods).
+    let first = world.step();
+    assert_eq!(first.traffic.expect("router plan").desired_weight, 0);
+    world.make_available(&stable, 3);
+    let waiting = world.plan();
+    assert!(waiting.set_scale_down_deadlines.is_empty(), "{waiting:#?}");
+    assert!(waiting.scale_replica_sets.is_empty(), "{waiting:#?}");
+    world.now = at(60);
+    world.make_available(&stable, 4);
+    let plan = world.step();
+    let deadline = plan
+        .set_scale_down_deadlines
+        .iter()
+        .find(|d| d.name == world.rs(&canary).name)
+        .expect("the canary gets its deadline")
+        .deadline;
+    assert_eq!(deadline, at(70));
+    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_secs(10)));
+    world.wait(9);
+    assert_eq!(world.rs(&canary).replicas, 2);
+    world.wait(1);
+    assert_eq!(world.rs(&canary).replicas, 0);
+    assert_eq!(world.rs(&stable).replicas, 4);
+}
+
+/// `abortScaleDownDelaySeconds: 0`: Argo keeps `setCanaryScale` in force on abort, so a canary
+/// sized by it keeps its pods for good (its e2e `TestCanaryUnScaleDownOnAbort`); a canary sized
+/// by its weight follows the weight to 0 at once, with no deadline.
+#[test]
+fn abort_scale_down_delay_zero_keeps_a_set_canary_scale_canary() {
+    let steps = vec![
+        canary_scale(SetCanaryScale {
+            replicas: Some(1),
+            ..SetCanaryScale::default()
+        }),
+        CanaryStep::pause_indefinitely(),
+    ];
+    let rollout = routed(4, steps).with_canary(|canary| {
+        canary.abort_scale_down_delay_seconds = Some(0);
+    });
+    let (mut world, _) = World::deployed(rollout);
+    let canary = world.update_image("nginx:1.28");
+    world.settle();
+    assert_eq!(world.rs(&canary).replicas, 1);
+    world.status_mut().abort = true;
+    world.settle();
+    world.wait(3600);
+    assert_eq!(world.router.weight, 0);
+    assert_eq!(world.rs(&canary).replicas, 1, "left up");
+    assert!(
+        !world
+            .rs(&canary)
+            .annotations
+            .contains_key(SCALE_DOWN_DEADLINE_ANNOTATION_KEY)
+    );
+
+    let rollout = routed(4, weight_steps(&[50])).with_canary(|canary| {
+        canary.abort_scale_down_delay_seconds = Some(0);
+    });
+    let (mut world, _) = World::deployed(rollout);
+    let canary = world.update_image("nginx:1.28");
+    world.settle();
+    world.status_mut().abort = true;
+    world.settle();
+    assert_eq!(world.rs(&canary).replicas, 0, "weight 0 means no pods");
+}
+
+/// `scaleDownDelayRevisionLimit` with a router: of the previous stables waiting out
+/// `scaleDownDelaySeconds`, only the newest `limit` keep their pods (Argo's
+/// `scaleDownDelayHelper`).
+#[test]
+fn scale_down_delay_revision_limit_bounds_the_waiting_revisions() {
+    let rollout = routed(2, vec![CanaryStep::weight(50)]).with_canary(|canary| {
+        canary.scale_down_delay_seconds = Some(600);
+        canary.scale_down_delay_revision_limit = Some(1);
+    });
+    let (mut world, v1) = World::deployed(rollout);
+    let v2 = world.update_image("nginx:1.28");
+    world.settle();
+    assert_eq!(world.status().stable_rs, v2);
+    assert_eq!(world.rs(&v1).replicas, 2, "v1 waits out its delay");
+    world.wait(10);
+    let v3 = world.update_image("nginx:1.29");
+    world.settle();
+    assert_eq!(world.status().stable_rs, v3);
+    assert_eq!(
+        world.rs(&v2).replicas,
+        2,
+        "the newest previous stable waits"
+    );
+    assert_eq!(
+        world.rs(&v1).replicas,
+        0,
+        "beyond the limit, scaled down before its deadline"
+    );
 }
