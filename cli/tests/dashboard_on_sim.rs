@@ -287,17 +287,43 @@ async fn the_dashboard_lists_streams_changes_and_promotes() {
         .create("default", rollout("api", "api:1"))
         .expect("seed api");
     world.patch_status("web", paused_at_step_one()).await;
+    // A Rollout deeper than serde_json decodes by default must not hide the others.
+    let mut deep = rollout("deep", "deep:1");
+    let mut nested = json!(1);
+    for _ in 0..140 {
+        nested = json!({ "a": nested });
+    }
+    deep["spec"]["template"]["spec"]["deep"] = nested;
+    let request =
+        kube::core::Request::new("/apis/argoproj.io/v1alpha1/namespaces/default/rollouts")
+            .create(
+                &kube::api::PostParams::default(),
+                serde_json::to_vec(&deep).expect("encodes"),
+            )
+            .expect("a create request");
+    world
+        .client
+        .request_text(request)
+        .await
+        .expect("kube-sim stores the deep Rollout");
     let kubeconfig = world.dir.join("kubeconfig");
     let dashboard = world.dashboard(&kubeconfig);
 
-    // Given: the overview lists both Rollouts (once the watches have listed them).
+    // Given: the overview lists both Rollouts (once the watches have listed them), and names
+    // the one it cannot decode.
     let overview = eventually("the overview to list web and api", async || {
         let (status, body) = dashboard.get("/").await;
         assert_eq!(status, 200, "{body}");
-        (body.contains("id=\"row:default:web\"") && body.contains("id=\"row:default:api\""))
-            .then_some(body)
+        (body.contains("id=\"row:default:web\"")
+            && body.contains("id=\"row:default:api\"")
+            && body.contains("Rollout &quot;deep&quot;"))
+        .then_some(body)
     })
     .await;
+    assert!(
+        overview.contains("Rollout &quot;deep&quot; in namespace &quot;default&quot; cannot be decoded: spec.template.spec.deep.a.a"),
+        "{overview}"
+    );
     assert!(overview.contains("॥ Paused"), "{overview}");
     assert!(overview.contains("<td>1/3</td>"), "{overview}");
     assert!(

@@ -13,7 +13,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::cluster::Watched;
+use rollouts_controller::decode::Decoded;
+
+use crate::cluster::{BadObject, Watched};
 use crate::view::tree::owned_by;
 
 /// The kinds the dashboard watches.
@@ -48,6 +50,8 @@ struct Objects {
     analysis_runs: BTreeMap<Key, Value>,
     /// The last watch failure of each kind, cleared when its watch works again.
     watch_errors: BTreeMap<&'static str, String>,
+    /// Objects that do not decode, by kind and key: what is wrong with each.
+    undecodable: BTreeMap<(&'static str, Key), String>,
 }
 
 impl Objects {
@@ -152,7 +156,11 @@ impl Store {
     pub fn apply(&self, kind: Watched, object: Value) {
         let key = key_of(&object);
         let namespace = key.0.clone();
-        self.write().of(kind).insert(key, object);
+        {
+            let mut all = self.write();
+            all.undecodable.remove(&(kind.kind(), key.clone()));
+            all.of(kind).insert(key, object);
+        }
         self.changed(kind, namespace);
     }
 
@@ -160,8 +168,25 @@ impl Store {
     pub fn delete(&self, kind: Watched, object: &Value) {
         let key = key_of(object);
         let namespace = key.0.clone();
-        self.write().of(kind).remove(&key);
+        {
+            let mut all = self.write();
+            all.undecodable.remove(&(kind.kind(), key.clone()));
+            all.of(kind).remove(&key);
+        }
         self.changed(kind, namespace);
+    }
+
+    /// Records an object that does not decode (and drops what was known of it before).
+    pub fn undecodable(&self, bad: BadObject) {
+        let key = (bad.namespace().to_string(), bad.name().to_string());
+        let namespace = key.0.clone();
+        {
+            let mut all = self.write();
+            all.of(bad.kind).remove(&key);
+            all.undecodable
+                .insert((bad.kind.kind(), key), bad.to_string());
+        }
+        self.changed(bad.kind, namespace);
     }
 
     /// Replaces every object of `kind` with a fresh listing.
@@ -171,6 +196,7 @@ impl Store {
             let mut all = self.write();
             *all.of(kind) = fresh;
             all.watch_errors.remove(kind.kind());
+            all.undecodable.retain(|(k, _), _| *k != kind.kind());
         }
         self.changed(kind, String::new());
     }
@@ -182,12 +208,13 @@ impl Store {
         }
     }
 
-    /// The watch failures the pages show above everything else.
+    /// The watch failures and undecodable objects the pages show above everything else.
     pub fn watch_errors(&self) -> Vec<String> {
-        self.read()
-            .watch_errors
+        let all = self.read();
+        all.watch_errors
             .iter()
             .map(|(kind, error)| format!("watching {kind}s: {error}"))
+            .chain(all.undecodable.values().cloned())
             .collect()
     }
 
@@ -262,7 +289,7 @@ impl Store {
     pub async fn watch(self: Arc<Self>, client: kube::Client, scope: Scope) {
         let watches = KINDS.map(|kind| {
             let store = Arc::clone(&self);
-            let api: Api<DynamicObject> = match &scope {
+            let api: Api<Decoded<DynamicObject>> = match &scope {
                 Scope::All => Api::all_with(client.clone(), &resource(kind)),
                 Scope::Namespace(ns) => Api::namespaced_with(client.clone(), ns, &resource(kind)),
             };
@@ -271,25 +298,46 @@ impl Store {
         futures::future::join_all(watches).await;
     }
 
-    async fn watch_kind(&self, kind: Watched, api: Api<DynamicObject>) {
+    async fn watch_kind(&self, kind: Watched, api: Api<Decoded<DynamicObject>>) {
         let mut listing: Vec<Value> = Vec::new();
+        let mut bad: Vec<BadObject> = Vec::new();
         let mut events = watcher(api, watcher::Config::default())
             .default_backoff()
             .boxed();
         while let Some(event) = events.next().await {
             match event {
-                Ok(watcher::Event::Init) => listing.clear(),
-                Ok(watcher::Event::InitApply(object)) => listing.extend(to_value(object)),
-                Ok(watcher::Event::InitDone) => self.replace(kind, std::mem::take(&mut listing)),
-                Ok(watcher::Event::Apply(object)) => {
+                Ok(watcher::Event::Init) => {
+                    listing.clear();
+                    bad.clear();
+                }
+                Ok(watcher::Event::InitApply(Decoded::Typed(object))) => {
+                    listing.extend(to_value(object));
+                }
+                Ok(watcher::Event::InitApply(Decoded::Undecodable(object))) => {
+                    bad.push(BadObject { kind, object });
+                }
+                Ok(watcher::Event::InitDone) => {
+                    self.replace(kind, std::mem::take(&mut listing));
+                    for object in bad.drain(..) {
+                        self.undecodable(object);
+                    }
+                }
+                Ok(watcher::Event::Apply(Decoded::Typed(object))) => {
                     if let Some(object) = to_value(object) {
                         self.apply(kind, object);
                     }
                 }
-                Ok(watcher::Event::Delete(object)) => {
+                Ok(watcher::Event::Apply(Decoded::Undecodable(object))) => {
+                    self.undecodable(BadObject { kind, object });
+                }
+                Ok(watcher::Event::Delete(Decoded::Typed(object))) => {
                     if let Some(object) = to_value(object) {
                         self.delete(kind, &object);
                     }
+                }
+                Ok(watcher::Event::Delete(Decoded::Undecodable(object))) => {
+                    let gone = BadObject { kind, object }.metadata_json();
+                    self.delete(kind, &gone);
                 }
                 Err(error) => self.watch_failed(kind, error.to_string()),
             }
@@ -341,6 +389,35 @@ mod tests {
         assert_eq!(web.analysis_runs.len(), 1);
         assert!(store.rollout_objects("a", "nope").is_none());
         assert_eq!(store.namespaces(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn an_undecodable_object_is_named_until_it_decodes_again() {
+        let store = Store::new();
+        store.apply(Watched::Rollout, object("a", "web", "r1", None));
+        let text =
+            json!({"metadata": {"namespace": "a", "name": "web"}, "spec": {"replicas": "x"}})
+                .to_string();
+        let Decoded::Undecodable(bad) =
+            Decoded::<rollouts_crds::rollout::Rollout>::from_json(&text)
+        else {
+            panic!("replicas \"x\" decoded");
+        };
+        store.undecodable(BadObject {
+            kind: Watched::Rollout,
+            object: bad,
+        });
+        assert!(store.rollouts().is_empty(), "the stale copy is dropped");
+        let errors = store.watch_errors();
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0]
+                .starts_with("Rollout \"web\" in namespace \"a\" cannot be decoded: spec.replicas"),
+            "{errors:?}"
+        );
+        store.apply(Watched::Rollout, object("a", "web", "r1", None));
+        assert!(store.watch_errors().is_empty());
+        assert_eq!(store.rollouts().len(), 1);
     }
 
     #[test]
