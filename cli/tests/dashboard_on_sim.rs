@@ -796,6 +796,14 @@ impl Browser {
     }
 }
 
+/// A baseline-judge measurement value in milliseconds, as the judge provider stores it.
+fn judge_value(verdict: &str, canary: f64, stable: f64) -> String {
+    json!({"verdict": verdict, "canaryMean": canary, "baselineMean": stable,
+           "meanRatio": canary / stable, "lower": (canary - stable) * 0.5,
+           "upper": (canary - stable) * 1.5, "unit": "milliseconds"})
+    .to_string()
+}
+
 /// `target/dashboard-screenshots/`, for a person to look at.
 fn screenshot_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_kubectl-rollouts"))
@@ -854,6 +862,14 @@ async fn in_chromium_the_pages_update_live_and_the_buttons_act() {
             {"phase": "Successful", "finishedAt": "2026-01-01T00:00:00Z", "value": "[0.99]"},
             {"phase": "Successful", "finishedAt": "2026-01-01T00:00:30Z", "value": "[0.97]"},
             {"phase": "Successful", "finishedAt": "2026-01-01T00:01:00Z", "value": "[0.96]"}
+        ]},
+        {"name": "latency", "phase": "Failed", "measurements": [
+            {"phase": "Successful", "finishedAt": "2026-01-01T00:00:00Z",
+             "value": judge_value("Pass", 121.0, 119.0)},
+            {"phase": "Successful", "finishedAt": "2026-01-01T00:00:30Z",
+             "value": judge_value("Pass", 138.0, 120.0)},
+            {"phase": "Failed", "finishedAt": "2026-01-01T00:01:00Z",
+             "value": judge_value("High", 162.0, 121.0)}
         ]}]}})),
     )
     .await
@@ -950,6 +966,17 @@ async fn in_chromium_the_pages_update_live_and_the_buttons_act() {
         browser.text("figure.metric figcaption").await
     })
     .await;
+    let judged = eventually("the judge metric's chart", async || {
+        browser
+            .text("section.run")
+            .await
+            .filter(|t| t.contains("latency: Failed"))
+    })
+    .await;
+    assert!(
+        judged.contains("canary 162ms vs stable 121ms (High)"),
+        "{judged}"
+    );
     browser.screenshot(&shots.join("analysis.png")).await;
     println!("screenshots in {}", shots.display());
 }

@@ -181,7 +181,11 @@ fn chart_of(result: &Value, spec: Option<&Value>, start: Option<Timestamp>) -> M
                 v.get("lower").and_then(Value::as_f64),
                 v.get("upper").and_then(Value::as_f64),
             ) {
-                (Some(lower), Some(upper)) => format!(", shift interval [{lower:.4}, {upper:.4}]"),
+                (Some(lower), Some(upper)) => format!(
+                    ", shift interval [{}, {}]",
+                    axis_label(unit, lower),
+                    axis_label(unit, upper)
+                ),
                 _ => String::new(),
             };
             Some(format!("{summary}{interval}"))
@@ -410,7 +414,7 @@ mod tests {
         assert_eq!(chart.series[1].points, vec![(0.0, 120.0)]);
         assert_eq!(
             chart.verdict.as_deref(),
-            Some("canary 152ms vs stable 120ms (High), shift interval [10.5000, 40.2500]")
+            Some("canary 152ms vs stable 120ms (High), shift interval [10.5ms, 40.2ms]")
         );
         let svg = render_svg(chart).expect("draws").expect("has measurements");
         assert!(svg.contains("canary") && svg.contains("stable"), "{svg}");
