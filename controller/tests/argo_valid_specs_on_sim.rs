@@ -408,9 +408,7 @@ async fn an_aborted_routed_canary_keeps_its_pods_for_abort_scale_down_delay_seco
         Api::namespaced(cluster.client.clone(), NAMESPACE);
     let deadline = eventually(DEADLINE, "the canary's scale-down deadline", || async {
         let rs = replica_sets.get(&canary).await.ok()?;
-        rs.annotations()
-            .get("scale-down-deadline")
-            .cloned()
+        rs.annotations().get("scale-down-deadline").cloned()
     })
     .await;
     let vs = cluster.read(&virtual_services, "ledger-routes").await;

@@ -970,7 +970,9 @@ impl<'a> BlueGreen<'a> {
             .join(",");
     }
 
-    /// Waiting on a person, an analysis or a scale-down delay stops the progress deadline.
+    /// Waiting on a person or a scale-down delay stops the progress deadline (Argo's
+    /// `isIndefiniteStep` and `isWaitingForReplicaSetScaleDown`); a running pre- or
+    /// post-promotion analysis does not, so one that never ends times the update out.
     fn deadline_paused(&self) -> bool {
         let paused = !self.base.pause_conditions.is_empty()
             || self.rollout.spec.is_paused()
@@ -978,15 +980,11 @@ impl<'a> BlueGreen<'a> {
                 .base
                 .condition(PAUSED)
                 .is_some_and(|condition| condition.status == STATUS_TRUE);
-        let analysing = [self.pre_run, self.post_run]
-            .iter()
-            .flatten()
-            .any(|run| !run.phase.is_completed());
         let scale_down_pending = self
             .others
             .iter()
             .any(|rs| rs.replicas > 0 && scale_down_deadline(rs).is_some_and(|at| at > self.now));
-        paused || analysing || scale_down_pending
+        paused || scale_down_pending
     }
 
     /// `progressDeadlineAbort`: an update that made no progress for the deadline is aborted.

@@ -880,3 +880,36 @@ fn both_strategies_at_once_are_rejected() {
         condition.message
     );
 }
+
+/// Argo's progress deadline stops only for a pause or a scale-down delay (`isIndefiniteStep`,
+/// `isWaitingForReplicaSetScaleDown`): a pre-promotion analysis that never ends times the
+/// update out, and aborts it with `progressDeadlineAbort`.
+#[test]
+fn the_progress_deadline_runs_during_pre_promotion_analysis() {
+    for abort in [false, true] {
+        let (mut world, v1) = World::deployed(rollout(2).with_blue_green(|bg| {
+            bg.pre_promotion_analysis = Some(analysis("smoke"));
+        }));
+        world.rollout.spec.progress_deadline_seconds = Some(60);
+        world.rollout.spec.progress_deadline_abort = Some(abort);
+        world.update_image("nginx:1.28");
+        world.settle();
+        world.run_of(ROLLOUT_TYPE_PRE_PROMOTION).phase = AnalysisPhase::Running;
+        world.settle();
+        assert_eq!(world.status().phase, PHASE_PROGRESSING);
+        world.now = at(61);
+        world.settle();
+        world.now = at(62);
+        world.settle();
+        assert_eq!(world.status().phase, PHASE_DEGRADED, "abort {abort}");
+        assert_eq!(world.active(), v1);
+        let progressing = world.condition(PROGRESSING);
+        if abort {
+            assert!(world.status().abort);
+            assert_eq!(progressing.reason, ROLLOUT_ABORTED_REASON);
+        } else {
+            assert!(!world.status().abort);
+            assert_eq!(progressing.reason, TIMED_OUT_REASON);
+        }
+    }
+}
