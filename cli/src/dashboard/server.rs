@@ -450,7 +450,26 @@ fn rollout_stream(
     event_stream(move |sender| async move {
         let mut changes = dashboard.store.subscribe();
         let mut last = String::new();
+        // What the last drawing was made from: a change elsewhere in the namespace that leaves
+        // these alone is not drawn (nor are the events read) again.
+        let mut drawn_from = None;
         loop {
+            let inputs = (
+                dashboard
+                    .store
+                    .rollout_objects(&ns, &name)
+                    .map(|objects| objects.versions()),
+                dashboard.store.watch_errors(),
+            );
+            if drawn_from.as_ref() == Some(&inputs) {
+                let relevant =
+                    |change: &Change| change.namespace.is_empty() || change.namespace == ns;
+                if !next_change(&mut changes, relevant, &sender).await {
+                    return;
+                }
+                continue;
+            }
+            drawn_from = Some(inputs);
             let live = dashboard.live(&ns, &name, page).await.unwrap_or_else(|| {
                 format!(
                     "<p class=\"error\">Rollout \"{}\" is gone from namespace \"{}\".</p>",

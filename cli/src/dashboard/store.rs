@@ -74,6 +74,31 @@ pub struct RolloutObjects {
     pub analysis_runs: Vec<Value>,
 }
 
+impl RolloutObjects {
+    /// The resourceVersions of every object drawn, in order: equal versions, equal drawing.
+    pub fn versions(&self) -> Vec<String> {
+        std::iter::once(&self.rollout)
+            .chain(&self.replica_sets)
+            .chain(&self.pods)
+            .chain(&self.analysis_runs)
+            .map(|object| {
+                let text = |p: &str| {
+                    object
+                        .pointer(p)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                };
+                format!(
+                    "{}/{}@{}",
+                    text("/kind"),
+                    text("/metadata/name"),
+                    text("/metadata/resourceVersion")
+                )
+            })
+            .collect()
+    }
+}
+
 /// The watched objects, shared by the watches and the HTTP handlers.
 pub struct Store {
     objects: RwLock<Objects>,
@@ -418,6 +443,20 @@ mod tests {
         store.apply(Watched::Rollout, object("a", "web", "r1", None));
         assert!(store.watch_errors().is_empty());
         assert_eq!(store.rollouts().len(), 1);
+    }
+
+    #[test]
+    fn a_new_resource_version_of_anything_drawn_changes_the_versions() {
+        let mut objects = RolloutObjects {
+            rollout: object("a", "web", "r1", None),
+            replica_sets: vec![object("a", "web-1", "s1", Some("r1"))],
+            ..Default::default()
+        };
+        objects.replica_sets[0]["metadata"]["resourceVersion"] = json!("7");
+        let before = objects.versions();
+        assert_eq!(before.len(), 2);
+        objects.replica_sets[0]["metadata"]["resourceVersion"] = json!("8");
+        assert_ne!(objects.versions(), before);
     }
 
     #[test]
