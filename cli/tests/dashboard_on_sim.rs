@@ -639,6 +639,19 @@ struct Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // Ending the session quits Chromium; killing chromedriver alone would leave it running.
+        if let Ok(mut stream) = std::net::TcpStream::connect(&self.authority) {
+            use std::io::{Read, Write};
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            let request = format!(
+                "DELETE /session/{} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\n\r\n",
+                self.session, self.authority
+            );
+            if stream.write_all(request.as_bytes()).is_ok() {
+                // chromedriver answers once Chromium has quit.
+                let _ = stream.read(&mut [0u8; 512]);
+            }
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
