@@ -833,30 +833,15 @@ impl<'a> BlueGreen<'a> {
         current
     }
 
-    /// The revision the preview Service should select: the new one once it has pods to serve,
-    /// the stable one after an abort.
+    /// The revision the preview Service should select: the new one, from the moment its
+    /// ReplicaSet is created and through an abort (Argo's `reconcilePreviewService`), unless
+    /// the Rollout is paused by spec or an inconclusive analysis. The Service's endpoints list
+    /// only ready pods, so nothing is sent to pods that are not.
     fn desired_preview(&self) -> String {
-        let current = self.base.blue_green.preview_selector.clone();
         if self.blue_green.preview_service.is_none() || self.halted() {
-            return current;
+            return self.base.blue_green.preview_selector.clone();
         }
-        let serving = |hash: &str| {
-            self.observed
-                .replica_sets
-                .iter()
-                .any(|rs| rs.pod_template_hash == hash && rs.available_replicas > 0)
-        };
-        if self.is_aborted() {
-            return if serving(&self.base.stable_rs) {
-                self.base.stable_rs.clone()
-            } else {
-                current
-            };
-        }
-        if serving(&self.current_hash) {
-            return self.current_hash.clone();
-        }
-        current
+        self.current_hash.clone()
     }
 
     /// Why the current revision becomes stable now (Argo's `shouldFullPromote`), if it does.

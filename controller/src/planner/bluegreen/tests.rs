@@ -46,7 +46,12 @@ impl World {
             let serves = self.observed.replica_sets.iter().any(|rs| {
                 rs.pod_template_hash == selector.pod_template_hash && rs.available_replicas > 0
             });
-            assert!(serves, "{selector:?} points at no available pod");
+            // The preview selects the new revision at once, as in Argo; the active Service only
+            // ever selects pods that serve.
+            assert!(
+                serves || selector.service == PREVIEW,
+                "{selector:?} points at no available pod"
+            );
             self.selectors
                 .insert(selector.service.clone(), selector.pod_template_hash.clone());
         }
@@ -360,7 +365,11 @@ fn abort_before_the_switch_keeps_active_and_scales_the_preview_down_after_the_de
     world.abort();
     world.settle();
     assert_eq!(world.active(), v1);
-    assert_eq!(world.preview(), v1, "preview leaves the aborted revision");
+    assert_eq!(
+        world.preview(),
+        v2,
+        "the preview stays on the aborted revision, as in Argo"
+    );
     assert!(world.status().abort);
     assert_eq!(world.status().phase, PHASE_DEGRADED);
     assert_eq!(world.condition(PROGRESSING).reason, ROLLOUT_ABORTED_REASON);
@@ -912,4 +921,19 @@ fn the_progress_deadline_runs_during_pre_promotion_analysis() {
             assert_eq!(progressing.reason, TIMED_OUT_REASON);
         }
     }
+}
+
+/// Argo's `reconcilePreviewService` points the preview Service at the new ReplicaSet right
+/// after creating it, before any of its pods is ready; the active Service waits.
+#[test]
+fn the_preview_selects_the_new_revision_at_once() {
+    let (mut world, v1) =
+        World::deployed(rollout(2).with_blue_green(|bg| bg.auto_promotion_enabled = Some(false)));
+    world.instant = false;
+    let v2 = world.update_image("nginx:1.28");
+    world.settle();
+    assert_eq!(world.rs(&v2).available_replicas, 0);
+    assert_eq!(world.preview(), v2);
+    assert_eq!(world.status().blue_green.preview_selector, v2);
+    assert_eq!(world.active(), v1);
 }
