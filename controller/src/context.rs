@@ -1,4 +1,4 @@
-//! What every reconcile shares: the client, the event recorder, metrics, diagnostics, the
+//! What every reconcile shares: the client, the event reporter, metrics, diagnostics, the
 //! settings taken from flags, the watch caches of owned objects, and the per-Rollout failure
 //! counts that drive retry backoff.
 
@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 
 use crate::claims::Claims;
 use crate::health::Diagnostics;
@@ -30,7 +30,6 @@ pub struct Settings {
 /// Shared state handed to every reconcile.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
     /// Who the events this controller writes say reported them.
     pub reporter: Reporter,
     pub metrics: Arc<Metrics>,
@@ -63,7 +62,6 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter.clone()),
             reporter,
             client,
             metrics,

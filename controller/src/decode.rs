@@ -25,7 +25,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use rollouts_crds::FieldError;
@@ -618,22 +618,19 @@ fn key_of(metadata: &ObjectMeta) -> String {
 /// when every sender is dropped.
 pub fn spawn_reporter<K: Report>(client: Client) -> mpsc::Sender<Box<Undecodable>> {
     let (sender, mut receiver) = mpsc::channel::<Box<Undecodable>>(REPORT_QUEUE);
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: CONTROLLER_NAME.to_string(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
+    let reporter = Reporter {
+        controller: CONTROLLER_NAME.to_string(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
     tokio::spawn(async move {
         while let Some(undecodable) = receiver.recv().await {
-            report::<K>(&client, &recorder, &undecodable).await;
+            report::<K>(&client, &reporter, &undecodable).await;
         }
     });
     sender
 }
 
-async fn report<K: Report>(client: &Client, recorder: &Recorder, undecodable: &Undecodable) {
+async fn report<K: Report>(client: &Client, reporter: &Reporter, undecodable: &Undecodable) {
     let kind = K::kind(&());
     let (Some(namespace), Some(name)) = (
         undecodable.metadata.namespace.as_deref(),
@@ -660,18 +657,25 @@ async fn report<K: Report>(client: &Client, recorder: &Recorder, undecodable: &U
             }
         }
     }
-    let event = Event {
-        type_: EventType::Warning,
-        reason: K::event_reason().to_string(),
-        note: Some(format!(
-            "The {kind} \"{name}\" cannot be decoded: {}",
-            undecodable.error
-        )),
-        action: "Decode".to_string(),
-        secondary: None,
+    // Once per version of the object: the same undecodable copy seen again (a relist) finds
+    // its event already there.
+    let note = format!(
+        "The {kind} \"{name}\" cannot be decoded: {}",
+        undecodable.error
+    );
+    let once = crate::events::Once {
+        regarding: K::from_metadata(undecodable.metadata.clone()).object_ref(&()),
+        decided_at: undecodable
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default(),
+        warning: true,
+        reason: K::event_reason(),
+        note: &note,
+        action: "Decode",
     };
-    let reference = K::from_metadata(undecodable.metadata.clone()).object_ref(&());
-    if let Err(error) = recorder.publish(&event, &reference).await {
+    if let Err(error) = crate::events::send(client, reporter, &once).await {
         tracing::warn!(%kind, %namespace, %name, %error, "event not published");
     }
 }

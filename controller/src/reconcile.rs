@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use rollouts_crds::FieldError;
 use rollouts_crds::conditions;
@@ -188,24 +187,31 @@ async fn record_invalid_spec(
         return Ok(());
     }
     tracing::info!(%message, "spec is invalid; nothing is changed until it is fixed");
-    let event = Event {
-        type_: EventType::Warning,
-        reason: conditions::INVALID_SPEC_REASON.to_string(),
-        note: Some(message),
-        action: "Validate".to_string(),
-        secondary: None,
+    let reason = conditions::INVALID_SPEC_REASON;
+    let once = crate::events::Once {
+        regarding: rollout.object_ref(&()),
+        decided_at: rollout
+            .meta()
+            .resource_version
+            .as_deref()
+            .unwrap_or_default(),
+        warning: true,
+        reason,
+        note: &message,
+        action: "Validate",
     };
-    match ctx.recorder.publish(&event, &rollout.object_ref(&())).await {
-        Ok(()) => {
+    match crate::events::send(&ctx.client, &ctx.reporter, &once).await {
+        Ok(crate::events::Sent::Created) => {
             ctx.metrics
-                .event_published(namespace, &rollout.name_any(), "Warning", &event.reason)
+                .event_published(namespace, &rollout.name_any(), "Warning", reason)
         }
+        Ok(crate::events::Sent::AlreadyThere) => {}
         Err(source) => {
             // An event is a courtesy; the condition already says what is wrong.
             let error = Error::PublishEvent {
                 namespace: namespace.to_string(),
                 name: rollout.name_any(),
-                reason: event.reason.clone(),
+                reason: reason.to_string(),
                 source: Box::new(source),
             };
             tracing::warn!(%error, "event not published");
