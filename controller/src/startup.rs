@@ -281,7 +281,8 @@ pub async fn run(flags: Flags) -> Result<()> {
         tokio::spawn(async move { election.hold(acquired).await })
     });
 
-    let notifier = start_notifier(&flags, &client, &metrics)?;
+    let notifier = Arc::new(start_notifier(&client, &metrics));
+    let notifier_client = client.clone();
     let context = Arc::new(
         Context::new(
             client,
@@ -294,7 +295,7 @@ pub async fn run(flags: Flags) -> Result<()> {
             caches,
         )
         .with_claims(claims)
-        .with_notifier(Arc::new(notifier)),
+        .with_notifier(notifier.clone()),
     );
     // A signal stops both controllers gracefully, finishing reconciles in flight.
     let stop = futures::FutureExt::shared(wait_for(shutdown.clone()));
@@ -354,6 +355,9 @@ pub async fn run(flags: Flags) -> Result<()> {
         rollouts: Some(rollouts),
         analysis_runs: Some(analysis_runs),
     };
+    if !*shutdown.borrow() {
+        watch_notifications(&flags, &notifier_client, &notifier);
+    }
 
     let lease_ended = async {
         match holder.as_mut() {
@@ -583,34 +587,32 @@ fn rollout_controller(
         .reconcile_on(claims_changed)
 }
 
-/// The notifier: with `--notifications-enabled`, it watches the notification ConfigMap and
-/// Secret in `--notifications-namespace` (the controller's own by default).
-fn start_notifier(flags: &Flags, client: &Client, metrics: &Metrics) -> Result<Notifier> {
-    let source = flags.notifications_enabled.then(|| ConfigSource {
+/// The notifier, configured by [`watch_notifications`] once the controllers run.
+fn start_notifier(client: &Client, metrics: &Metrics) -> Notifier {
+    let reporter = kube::runtime::events::Reporter {
+        controller: crate::context::CONTROLLER_NAME.to_string(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    Notifier::start(client.clone(), reporter, metrics.notifications.clone())
+}
+
+/// With `--notifications-enabled`, watches the notification ConfigMap and Secret in
+/// `--notifications-namespace` (the controller's own by default). Started after the
+/// controllers, so their first lists go out first.
+fn watch_notifications(flags: &Flags, client: &Client, notifier: &Notifier) {
+    if !flags.notifications_enabled {
+        return;
+    }
+    let source = ConfigSource {
         namespace: flags
             .notifications_namespace
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_string()),
         configmap: flags.notifications_configmap.clone(),
         secret: flags.notifications_secret.clone(),
-    });
-    if let Some(source) = &source {
-        tracing::info!(namespace = %source.namespace, configmap = %source.configmap, secret = %source.secret, "notifications configured from");
-    }
-    let reporter = kube::runtime::events::Reporter {
-        controller: crate::context::CONTROLLER_NAME.to_string(),
-        instance: std::env::var("POD_NAME").ok(),
     };
-    Notifier::start(
-        client.clone(),
-        reporter,
-        source,
-        metrics.notifications.clone(),
-    )
-    .map_err(|error| Error::TaskFailed {
-        task: "notifier",
-        reason: format!("its HTTP client could not be built: {error}"),
-    })
+    tracing::info!(namespace = %source.namespace, configmap = %source.configmap, secret = %source.secret, "notifications configured from");
+    notifier.watch(client.clone(), source);
 }
 
 /// An API for `K` in `namespace`, or in all namespaces.

@@ -6,6 +6,7 @@
 //! `notified.notifications.argoproj.io` annotation by JSON merge patch.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -92,33 +93,45 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// Starts the configuration watches (when `source` is set) and the delivery task.
-    pub fn start(
-        client: Client,
-        reporter: Reporter,
-        source: Option<ConfigSource>,
-        sends: NotificationSends,
-    ) -> Result<Self, reqwest::Error> {
+    /// Starts the delivery task; nothing is configured until [`Self::watch`].
+    pub fn start(client: Client, reporter: Reporter, sends: NotificationSends) -> Self {
         let (config, _) = NotificationConfig::parse(&BTreeMap::new(), &BTreeMap::new());
         let config = Arc::new(RwLock::new(Arc::new(config)));
-        if let Some(source) = source {
-            tokio::spawn(watch_config(client.clone(), source, config.clone()));
-        }
-        let (queue, jobs) = mpsc::channel(QUEUE_CAPACITY);
-        let shared = Arc::new(Shared {
-            client,
-            reporter,
-            http: HttpClients::new()?,
-            sends: sends.clone(),
-            notified: Mutex::new(SentLedger::default()),
-            recording: tokio::sync::Mutex::new(()),
+        let (queue, jobs) = mpsc::channel::<Job>(QUEUE_CAPACITY);
+        let shared_sends = sends.clone();
+        // The HTTP clients are built on the delivery task, off the start-up path.
+        tokio::spawn(async move {
+            let http = match HttpClients::new() {
+                Ok(http) => http,
+                Err(error) => {
+                    tracing::error!(%error, "notifications cannot be sent: no HTTP client");
+                    let mut jobs = jobs;
+                    while let Some(job) = jobs.recv().await {
+                        shared_sends.count(&job.destination.service, "failure");
+                    }
+                    return;
+                }
+            };
+            let shared = Arc::new(Shared {
+                client,
+                reporter,
+                http,
+                sends: shared_sends,
+                notified: Mutex::new(SentLedger::default()),
+                recording: tokio::sync::Mutex::new(()),
+            });
+            dispatch(jobs, shared).await;
         });
-        tokio::spawn(dispatch(jobs, shared));
-        Ok(Self {
+        Self {
             config,
             queue,
             sends,
-        })
+        }
+    }
+
+    /// Keeps the configuration current from the ConfigMap and Secret `source` names.
+    pub fn watch(&self, client: Client, source: ConfigSource) {
+        tokio::spawn(watch_config(client, source, self.config.clone()));
     }
 
     fn current(&self) -> Arc<NotificationConfig> {
@@ -241,42 +254,73 @@ async fn watch_config(
     fn by_name(name: &str) -> watcher::Config {
         watcher::Config::default().fields(&format!("metadata.name={name}"))
     }
+    // A watch that keeps failing (no RBAC, no such namespace) says so once, then quietly
+    // retries with kube's backoff until it works again.
+    fn report(failing: &AtomicBool, what: &str, error: &watcher::Error) {
+        if failing.swap(true, Ordering::Relaxed) {
+            tracing::debug!(%error, "watching the notification {what} still fails; retrying");
+        } else {
+            tracing::warn!(%error, "watching the notification {what} failed; retrying");
+        }
+    }
+    let (configmap_failing, secret_failing) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &source.namespace);
     let secrets: Api<Secret> = Api::namespaced(client, &source.namespace);
     let configmap_changes = watcher(configmaps, by_name(&source.configmap))
         .default_backoff()
-        .filter_map(|event| async move {
-            match event {
-                Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
-                    Some(Change::Data(Some(cm.data.unwrap_or_default())))
+        .filter_map(move |event| {
+            let failing = configmap_failing.clone();
+            async move {
+                // Each try starts with Init; only what follows it says the watch works.
+                if matches!(&event, Ok(e) if !matches!(e, watcher::Event::Init)) {
+                    failing.store(false, Ordering::Relaxed);
                 }
-                Ok(watcher::Event::Delete(_) | watcher::Event::Init) => Some(Change::Data(None)),
-                Ok(watcher::Event::InitDone) => None,
-                Err(error) => {
-                    tracing::warn!(%error, "watching the notification ConfigMap failed; retrying");
-                    None
+                match event {
+                    Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
+                        Some(Change::Data(Some(cm.data.unwrap_or_default())))
+                    }
+                    Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {
+                        Some(Change::Data(None))
+                    }
+                    Ok(watcher::Event::InitDone) => None,
+                    Err(error) => {
+                        report(&failing, "ConfigMap", &error);
+                        None
+                    }
                 }
             }
         });
     let secret_changes = watcher(secrets, by_name(&source.secret))
         .default_backoff()
-        .filter_map(|event| async move {
-            match event {
-                Ok(watcher::Event::Apply(secret) | watcher::Event::InitApply(secret)) => {
-                    let mut values: BTreeMap<String, String> = secret
-                        .data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-                        .collect();
-                    values.extend(secret.string_data.unwrap_or_default());
-                    Some(Change::Secret(Some(values)))
+        .filter_map(move |event| {
+            let failing = secret_failing.clone();
+            async move {
+                // Each try starts with Init; only what follows it says the watch works.
+                if matches!(&event, Ok(e) if !matches!(e, watcher::Event::Init)) {
+                    failing.store(false, Ordering::Relaxed);
                 }
-                Ok(watcher::Event::Delete(_) | watcher::Event::Init) => Some(Change::Secret(None)),
-                Ok(watcher::Event::InitDone) => None,
-                Err(error) => {
-                    tracing::warn!(%error, "watching the notification Secret failed; retrying");
-                    None
+                match event {
+                    Ok(watcher::Event::Apply(secret) | watcher::Event::InitApply(secret)) => {
+                        let mut values: BTreeMap<String, String> = secret
+                            .data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                            .collect();
+                        values.extend(secret.string_data.unwrap_or_default());
+                        Some(Change::Secret(Some(values)))
+                    }
+                    Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {
+                        Some(Change::Secret(None))
+                    }
+                    Ok(watcher::Event::InitDone) => None,
+                    Err(error) => {
+                        report(&failing, "Secret", &error);
+                        None
+                    }
                 }
             }
         });
