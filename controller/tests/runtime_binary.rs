@@ -213,6 +213,19 @@ async fn answer(request: Request<Incoming>, state: &Mutex<ApiState>) -> Response
             let rollout = state.rollouts.first().cloned().unwrap_or(Value::Null);
             json_response(StatusCode::OK, &rollout)
         }
+        // The Rollout's metadata (its revision annotation): answered with the Rollout, the
+        // patch's annotations merged in.
+        (Method::PATCH, p) if p.starts_with("/apis/argoproj.io/v1alpha1/namespaces/") => {
+            let mut rollout = state.rollouts.first().cloned().unwrap_or(Value::Null);
+            for (key, value) in body["metadata"]["annotations"]
+                .as_object()
+                .into_iter()
+                .flatten()
+            {
+                rollout["metadata"]["annotations"][key] = value.clone();
+            }
+            json_response(StatusCode::OK, &rollout)
+        }
         (Method::POST, p) if p.starts_with("/apis/events.k8s.io/v1/namespaces/") => {
             json_response(StatusCode::CREATED, &body)
         }
@@ -524,6 +537,17 @@ async fn a_valid_rollout_gets_its_first_replica_set_and_a_status() {
         Some((created, patch))
     })
     .await;
+    let annotated = api
+        .writes()
+        .into_iter()
+        .find(|(w, _)| w == "PATCH /apis/argoproj.io/v1alpha1/namespaces/shop/rollouts/web");
+    assert_eq!(
+        annotated.map(
+            |(_, body)| body["metadata"]["annotations"]["rollout.argoproj.io/revision"].clone()
+        ),
+        Some(json!("1")),
+        "the Rollout carries its first revision"
+    );
     let hash = patch["status"]["currentPodHash"]
         .as_str()
         .expect("currentPodHash")
