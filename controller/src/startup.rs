@@ -36,6 +36,11 @@ use crate::supervise::{GaveUp, RestartPolicy, panic_message, supervise};
 /// How long AnalysisRun reconciles in flight get to finish once the Rollout controller stopped.
 const ANALYSIS_RUN_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// How long both controllers get to stop after SIGTERM before they are cancelled: a kube
+/// `Controller` told to stop before its first list completed waits for its store forever, and
+/// the process must still end (and release its Lease) well inside a pod's termination grace.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Installs the global log subscriber: `--log-format` text or JSON, filtered by `--log-level`.
 pub fn init_logging(flags: &Flags) -> Result<()> {
     let format = match flags.log_format {
@@ -365,8 +370,25 @@ pub async fn run(flags: Flags) -> Result<()> {
             None => std::future::pending().await,
         }
     };
+    let stopped = async {
+        let until_stopped = controllers.until_stopped(&shutdown, &diagnostics);
+        tokio::pin!(until_stopped);
+        tokio::select! {
+            outcome = &mut until_stopped => outcome,
+            () = async {
+                wait_for(shutdown.clone()).await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => {
+                tracing::warn!(
+                    grace = ?SHUTDOWN_GRACE,
+                    "the controllers did not stop in time after the signal; cancelling them"
+                );
+                Ok(())
+            }
+        }
+    };
     let (outcome, lease_held) = tokio::select! {
-        outcome = controllers.until_stopped(&shutdown, &diagnostics) => (outcome, true),
+        outcome = stopped => (outcome, true),
         ended = lease_ended => {
             let error = match ended {
                 Ok(error) => error,
