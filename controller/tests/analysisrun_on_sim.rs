@@ -524,6 +524,27 @@ async fn web_and_job_metrics_are_measured_by_their_providers() {
     assert_eq!(job_result.measurements[0].metadata["job-name"], name);
 }
 
+/// Creates run `name`, whose Prometheus query is sent with a bearer token read from key
+/// `token` of Secret `prometheus-token` (not created here); returns the query, answered 0.99.
+async fn create_run_with_secret_token(h: &Harness, name: &str) -> String {
+    let query = format!("success_rate{{run=\"{name}\"}}");
+    h.prometheus.values(&query, &["0.99"]);
+    let mut manifest = run_manifest(
+        name,
+        json!({"provider": {"prometheus": {
+            "query": query,
+            "headers": [{"key": "Authorization", "value": "Bearer {{args.token}}"}],
+        }}}),
+        &query,
+        "result[0] >= 0.95",
+    );
+    manifest["spec"]["args"] = json!([
+        {"name": "token", "valueFrom": {"secretKeyRef": {"name": "prometheus-token", "key": "token"}}},
+    ]);
+    h.create(manifest).await;
+    query
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_that_does_not_exist_ends_the_run_in_error_naming_it() {
     let h = Harness::start(
@@ -531,21 +552,7 @@ async fn a_secret_that_does_not_exist_ends_the_run_in_error_naming_it() {
         &["--log-level", "info,rollouts_controller=debug"],
     )
     .await;
-    let query = "success_rate{run=\"no-secret\"}";
-    h.prometheus.values(query, &["0.99"]);
-    let mut manifest = run_manifest(
-        "no-secret",
-        json!({"provider": {"prometheus": {
-            "query": query,
-            "headers": [{"key": "Authorization", "value": "Bearer {{args.token}}"}],
-        }}}),
-        query,
-        "result[0] >= 0.95",
-    );
-    manifest["spec"]["args"] = json!([
-        {"name": "token", "valueFrom": {"secretKeyRef": {"name": "prometheus-token", "key": "token"}}},
-    ]);
-    h.create(manifest).await;
+    let query = create_run_with_secret_token(&h, "no-secret").await;
 
     let status = h.wait_completed("no-secret").await;
     assert_eq!(status.phase, AnalysisPhase::Error, "{status:#?}");
@@ -559,7 +566,7 @@ async fn a_secret_that_does_not_exist_ends_the_run_in_error_naming_it() {
         status.message
     );
     assert!(
-        h.prometheus.queries(query).is_empty(),
+        h.prometheus.queries(&query).is_empty(),
         "measured without its secret"
     );
 }
@@ -611,21 +618,7 @@ async fn a_secret_the_controller_may_not_read_ends_the_run_in_error_saying_so() 
         forbidden: vec![(String::new(), "secrets".to_string())],
         ..Default::default()
     });
-    let query = "success_rate{run=\"forbidden-secret\"}";
-    h.prometheus.values(query, &["0.99"]);
-    let mut manifest = run_manifest(
-        "forbidden-secret",
-        json!({"provider": {"prometheus": {
-            "query": query,
-            "headers": [{"key": "Authorization", "value": "Bearer {{args.token}}"}],
-        }}}),
-        query,
-        "result[0] >= 0.95",
-    );
-    manifest["spec"]["args"] = json!([
-        {"name": "token", "valueFrom": {"secretKeyRef": {"name": "prometheus-token", "key": "token"}}},
-    ]);
-    h.create(manifest).await;
+    let query = create_run_with_secret_token(&h, "forbidden-secret").await;
 
     let status = h.wait_completed("forbidden-secret").await;
     assert_eq!(status.phase, AnalysisPhase::Error, "{status:#?}");
@@ -639,7 +632,7 @@ async fn a_secret_the_controller_may_not_read_ends_the_run_in_error_saying_so() 
         status.message
     );
     assert!(
-        h.prometheus.queries(query).is_empty(),
+        h.prometheus.queries(&query).is_empty(),
         "measured without its secret"
     );
 }
