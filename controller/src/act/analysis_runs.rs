@@ -15,9 +15,10 @@ use super::writer::{Created, Writer};
 use crate::error::{Error, Result};
 use crate::planner::{AnalysisRunToCreate, REVISION_ANNOTATION};
 
-/// The AnalysisRun for `run` with its composed `spec`: labelled with its rollout type, step
-/// and revision hash (and the Rollout's instance label), annotated with its revision, owned by
-/// the Rollout.
+/// The AnalysisRun for `run` with its composed `spec`: labelled with the Rollout's selector
+/// labels (as Argo's `newAnalysisRunFromRollout` does, so tools that select a workload's
+/// objects by its selector find its runs too), its rollout type, step and revision hash (and
+/// the Rollout's instance label), annotated with its revision, owned by the Rollout.
 pub fn analysis_run_for(
     target: &Target,
     rollout: &Rollout,
@@ -31,6 +32,16 @@ pub fn analysis_run_for(
         .clone()
         .unwrap_or_default();
     let mut labels = metadata.labels.unwrap_or_default();
+    // Argo lets the selector labels override `analysisRunMetadata`'s; the labels below, which
+    // the next plan finds its runs by, override both.
+    if let Some(selector) = rollout
+        .spec
+        .selector
+        .as_ref()
+        .and_then(|s| s.match_labels.as_ref())
+    {
+        labels.extend(selector.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
     labels.insert(ROLLOUT_TYPE_LABEL.into(), run.rollout_type.clone());
     if run.rollout_type == ROLLOUT_TYPE_STEP {
         labels.insert(
@@ -103,4 +114,49 @@ pub(super) async fn delete(writer: &Writer<'_>, name: &str) -> Result<()> {
     writer.delete::<AnalysisRun>(name).await?;
     tracing::info!(analysis_run = %name, "deleted AnalysisRun beyond the run history limits");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use rollouts_crds::rollout::{AnalysisRunMetadata, CanaryStep, RolloutAnalysis};
+
+    use super::*;
+
+    #[test]
+    fn a_run_carries_the_rollout_selector_labels_under_its_own() {
+        let mut rollout = Rollout::test_canary("web", vec![CanaryStep::analysis("rate")]);
+        rollout.metadata.uid = Some("uid-1".into());
+        let run = AnalysisRunToCreate {
+            name: "web-abc-1-0".into(),
+            step_index: 0,
+            rollout_type: ROLLOUT_TYPE_STEP.into(),
+            pod_template_hash: "abc".into(),
+            stable_pod_template_hash: "def".into(),
+            analysis: RolloutAnalysis {
+                analysis_run_metadata: Some(AnalysisRunMetadata {
+                    labels: Some(BTreeMap::from([
+                        ("app".to_string(), "overridden".to_string()),
+                        ("team".to_string(), "shop".to_string()),
+                        (ROLLOUT_TYPE_LABEL.to_string(), "Mine".to_string()),
+                    ])),
+                    annotations: None,
+                }),
+                ..RolloutAnalysis::default()
+            },
+            spec: None,
+            revision: Some("1".into()),
+        };
+        let target = Target::of(&rollout).unwrap();
+        let made = analysis_run_for(&target, &rollout, &run, AnalysisRunSpec::default());
+        let labels = made.metadata.labels.unwrap();
+        // The selector (`app: web`) overrides analysisRunMetadata, as in Argo; the labels the
+        // next plan finds the run by override both.
+        assert_eq!(labels["app"], "web");
+        assert_eq!(labels["team"], "shop");
+        assert_eq!(labels[ROLLOUT_TYPE_LABEL], ROLLOUT_TYPE_STEP);
+        assert_eq!(labels[ROLLOUT_CANARY_STEP_INDEX_LABEL], "0");
+        assert_eq!(labels[DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY], "abc");
+    }
 }
