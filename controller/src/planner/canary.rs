@@ -472,6 +472,14 @@ impl<'a> Planner<'a> {
 
     fn reconcile_replica_sets(&mut self, plan: &mut Plan, counts: CanaryStableCounts) {
         self.clean_up_history(plan);
+        // A deadline left on the stable ReplicaSet (a rollback to a revision still within its
+        // scale-down delay) is stale: it serves as stable now (Argo's removeScaleDownDeadlines).
+        if let Some(stable) = self.distinct_stable()
+            && !self.halted()
+            && revisions::has_scale_down_annotation(stable)
+        {
+            plan.clear_scale_down_deadlines.push(stable.name.clone());
+        }
         if let Some(stable) = self.distinct_stable()
             && stable.replicas != counts.stable
             && !self.halted()

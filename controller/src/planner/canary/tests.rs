@@ -1535,3 +1535,30 @@ fn a_replica_set_failure_is_carried_on_the_rollout_until_it_clears() {
             .is_none()
     );
 }
+
+#[test]
+fn a_stale_deadline_on_the_stable_replica_set_is_cleared() {
+    let (mut world, _) = World::deployed(rollout(3, steps()));
+    let stable = world.status().stable_rs.clone();
+    let stable_rs = world
+        .observed
+        .replica_sets
+        .iter_mut()
+        .find(|rs| rs.pod_template_hash == stable)
+        .unwrap();
+    stable_rs.annotations.insert(
+        SCALE_DOWN_DEADLINE_ANNOTATION_KEY.into(),
+        at(100).to_string(),
+    );
+    let name = stable_rs.name.clone();
+    world.update_image("nginx:1.28");
+    let plan = world.plan();
+    assert_eq!(plan.clear_scale_down_deadlines, [name.clone()]);
+    world.settle();
+    assert!(
+        !world
+            .rs(&stable)
+            .annotations
+            .contains_key(SCALE_DOWN_DEADLINE_ANNOTATION_KEY)
+    );
+}
