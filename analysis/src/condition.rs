@@ -239,6 +239,30 @@ pub fn eval_condition_over(
     })
 }
 
+/// Evaluates `expression` with each of `variables` bound by name and gives its value as text
+/// (a notification trigger's `oncePer`: one message per distinct value). A string gives itself,
+/// nil gives an empty text. Bounded as [`eval_condition`] is.
+pub fn eval_text_over(
+    variables: &[(&str, Value)],
+    expression: &str,
+) -> Result<String, ExpressionError> {
+    guarded(expression, || {
+        let env = environment(&Value::Nil);
+        let mut ctx = Context::default();
+        for (name, value) in variables {
+            ctx.insert(*name, value.clone());
+        }
+        let program = expr::compile(expression).map_err(ExpressionError::Eval)?;
+        Ok(
+            match env.run(&program, &ctx).map_err(ExpressionError::Eval)? {
+                Value::String(text) => text,
+                Value::Nil => String::new(),
+                other => other.to_string(),
+            },
+        )
+    })
+}
+
 /// Evaluates a time expression such as `now() - duration("5m")` (a range query's start or
 /// end), with `now()` fixed to `now` so the answer is reproducible.
 /// Bounded as [`eval_condition`] is.
@@ -416,6 +440,24 @@ mod tests {
     // The tests check errors by their text, the message an Error measurement carries.
     fn holds(result: &Value, condition: &str) -> Result<bool, String> {
         eval_condition(result, condition).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_once_per_expression_gives_its_value_as_text() {
+        let rollout = from_json(&serde_json::json!({
+            "status": {"currentPodHash": "5d8f7c", "currentStepIndex": 2},
+            "spec": {"template": {"spec": {"containers": [{"image": "web:2"}]}}}
+        }));
+        let variables = [("rollout", rollout)];
+        let text = |expression: &str| eval_text_over(&variables, expression).expect("evaluates");
+        assert_eq!(text("rollout.status.currentPodHash"), "5d8f7c");
+        assert_eq!(
+            text("rollout.spec.template.spec.containers[0].image"),
+            "web:2"
+        );
+        assert_eq!(text("rollout.status.missing"), "");
+        assert_ne!(text("rollout.status.currentStepIndex"), "");
+        assert!(eval_text_over(&variables, "rollout.status.(").is_err());
     }
 
     fn phase(
