@@ -5,4 +5,5 @@
 pub mod chaos;
 pub mod fake_prometheus;
 pub mod harness;
+pub mod scale_profile;
 pub mod sim;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use rollouts_e2e::sim::faults::{Hold, RandomFaults, WriteCut};
 use rollouts_e2e::sim::traffic::TrafficNoise;
-use rollouts_e2e::sim::{Faults, SimOptions, start};
+use rollouts_e2e::sim::{Faults, PodReadiness, SimOptions, start};
 
 /// A Kubernetes API server and workload simulator on a loopback port.
 #[derive(Parser)]
@@ -75,6 +75,21 @@ struct Args {
     /// Milliseconds a pod takes to become Ready (template annotation sim.rollouts.dev/ready-after overrides).
     #[arg(long, default_value_t = 1000)]
     pod_ready_after_ms: u64,
+    /// Per-pod random readiness: each pod becomes Ready after its own delay between
+    /// --pod-ready-min-ms and --pod-ready-max-ms, drawn from this seed (replaces
+    /// --pod-ready-after-ms; template annotations still win).
+    #[arg(long)]
+    pod_ready_seed: Option<u64>,
+    /// Per-pod random readiness: the shortest delay, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pod_ready_min_ms: u64,
+    /// Per-pod random readiness: the longest delay, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pod_ready_max_ms: u64,
+    /// Per-pod random readiness: share of pods (0..1) whose first start fails (Running, not
+    /// Ready, one restart), Ready after a second draw.
+    #[arg(long, default_value_t = 0.0)]
+    pod_fail_share: f64,
     /// Events retained for watches to resume from.
     #[arg(long, default_value_t = 10_000)]
     event_log_capacity: usize,
@@ -110,6 +125,7 @@ fn main() -> ExitCode {
         ("--too-many-rate", args.too_many_rate),
         ("--gone-rate", args.gone_rate),
         ("--spike-rate", args.spike_rate),
+        ("--pod-fail-share", args.pod_fail_share),
     ] {
         if !(0.0..=1.0).contains(&rate) {
             eprintln!("kube-sim: {flag} {rate}: must be between 0 and 1");
@@ -131,6 +147,16 @@ fn main() -> ExitCode {
     });
     if let Some(Err(e)) = traffic_noise.as_ref().map(TrafficNoise::validate) {
         eprintln!("kube-sim: {e}");
+        return ExitCode::from(2);
+    }
+    let pod_readiness = args.pod_ready_seed.map(|seed| PodReadiness {
+        seed,
+        min: Duration::from_millis(args.pod_ready_min_ms),
+        max: Duration::from_millis(args.pod_ready_max_ms),
+        fail_share: args.pod_fail_share,
+    });
+    if let Some(Err(e)) = pod_readiness.as_ref().map(PodReadiness::validate) {
+        eprintln!("kube-sim: {e} (--pod-ready-min-ms, --pod-ready-max-ms, --pod-fail-share)");
         return ExitCode::from(2);
     }
     let options = SimOptions {
@@ -167,6 +193,7 @@ fn main() -> ExitCode {
         request_log_file: args.request_log,
         event_log_capacity: args.event_log_capacity,
         pod_ready_after: Duration::from_millis(args.pod_ready_after_ms),
+        pod_readiness,
         metrics_listen: Some(args.metrics_listen),
         load_rps: args.load_rps,
         prometheus_sd_file: args.prometheus_sd_file,

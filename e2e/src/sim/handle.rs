@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::controllers::{self, ClusterConfig};
+use super::controllers::{self, ClusterConfig, PodReadiness};
 use super::faults::{FaultCounts, Faults};
 use super::request_log::{RequestLog, RequestRecord};
 use super::server::{self, Sim};
@@ -34,6 +34,9 @@ pub struct SimOptions {
     pub bookmark_interval: Duration,
     /// How long a pod takes to become Ready unless its template annotation says otherwise.
     pub pod_ready_after: Duration,
+    /// Per-pod random readiness (seeded), some pods failing their first start; replaces
+    /// `pod_ready_after` when set.
+    pub pod_readiness: Option<PodReadiness>,
     /// Where the simulated pods' Prometheus metrics are served (port 0 picks one); None turns
     /// the traffic and metrics simulation off.
     pub metrics_listen: Option<SocketAddr>,
@@ -59,6 +62,7 @@ impl Default for SimOptions {
             event_log_capacity: 10_000,
             bookmark_interval: Duration::from_secs(10),
             pod_ready_after: Duration::from_secs(1),
+            pod_readiness: None,
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             load_rps: 0.0,
             traffic_tick: Duration::from_millis(100),
@@ -101,6 +105,9 @@ pub fn start(options: SimOptions) -> io::Result<SimHandle> {
         prometheus_sd_file: options.prometheus_sd_file.clone(),
         noise: options.traffic_noise.clone(),
     };
+    if let Some(readiness) = &options.pod_readiness {
+        readiness.validate().map_err(io::Error::other)?;
+    }
     let store = Store::new(options.event_log_capacity);
     {
         let mut state = store.lock();
@@ -136,6 +143,7 @@ pub fn start(options: SimOptions) -> io::Result<SimHandle> {
     let served = sim.clone();
     let cluster = ClusterConfig {
         pod_ready_after: options.pod_ready_after,
+        pod_readiness: options.pod_readiness.clone(),
     };
     let thread = std::thread::Builder::new()
         .name("kube-sim".into())
@@ -238,6 +246,16 @@ impl SimHandle {
     /// Every request served so far, oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.sim.requests.snapshot()
+    }
+
+    /// The requests served after the first `from` (see [`RequestLog::since`]).
+    pub fn requests_since(&self, from: usize) -> Vec<RequestRecord> {
+        self.sim.requests.since(from)
+    }
+
+    /// How many requests the log holds.
+    pub fn request_count(&self) -> usize {
+        self.sim.requests.len()
     }
 
     pub fn clear_requests(&self) {

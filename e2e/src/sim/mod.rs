@@ -27,6 +27,7 @@ pub mod table;
 pub mod traffic;
 pub mod watch;
 
+pub use controllers::PodReadiness;
 pub use faults::Faults;
 pub use handle::{SimHandle, SimOptions, start};
 pub use request_log::RequestRecord;

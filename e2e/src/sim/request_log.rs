@@ -65,6 +65,21 @@ impl RequestLog {
             .clone()
     }
 
+    /// The requests served after the first `from` (all of them when the log was cleared since),
+    /// so a poller copies only what is new.
+    pub fn since(&self, from: usize) -> Vec<RequestRecord> {
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        records.get(from..).unwrap_or(&records[..]).to_vec()
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn clear(&self) {
         self.records
             .lock()

@@ -21,7 +21,9 @@ use super::server::Sim;
 use super::store::{EventType, State, WatchEvent};
 
 pub use job::{FAILS_ANNOTATION, RUN_FOR_ANNOTATION};
-pub use kubelet::{CRASH_LOOP_ANNOTATION, NEVER_READY_ANNOTATION, READY_AFTER_ANNOTATION};
+pub use kubelet::{
+    CRASH_LOOP_ANNOTATION, NEVER_READY_ANNOTATION, PodReadiness, READY_AFTER_ANNOTATION,
+};
 
 /// One unit of work, keyed by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -43,6 +45,8 @@ pub enum Work {
 pub struct ClusterConfig {
     /// How long a pod takes to become Ready unless its template says otherwise.
     pub pod_ready_after: Duration,
+    /// Per-pod random readiness instead of `pod_ready_after`.
+    pub pod_readiness: Option<kubelet::PodReadiness>,
 }
 
 /// Hands work back to the loop after a delay (pod start-up, minReadySeconds).
@@ -148,7 +152,7 @@ pub async fn run(sim: Arc<Sim>, config: ClusterConfig) {
         resync(&state, &mut queue);
         sim.store.subscribe()
     };
-    let mut kubelet = kubelet::Kubelet::new(config.pod_ready_after);
+    let mut kubelet = kubelet::Kubelet::new(config.pod_ready_after, config.pod_readiness.clone());
     let mut shutdown = sim.shutdown.clone();
     loop {
         while let Some(work) = queue.pop_first() {
@@ -165,7 +169,7 @@ pub async fn run(sim: Arc<Sim>, config: ClusterConfig) {
                     Work::JobFinished(ns, name, uid) => job::finish(&mut state, ns, name, uid),
                     Work::PodCreated(ns, name) => kubelet.pod_created(&state, ns, name, &scheduler),
                     Work::PodStarted(ns, name, uid) => {
-                        kubelet.pod_started(&mut state, ns, name, uid)
+                        kubelet.pod_started(&mut state, ns, name, uid, &scheduler)
                     }
                 }
             }
