@@ -106,6 +106,15 @@ pub struct EmailService {
     pub retry: RetryPolicy,
 }
 
+/// `service.teams[.<name>]`: Microsoft Teams incoming webhooks (Office 365 connectors); each
+/// recipient names an entry of `recipientUrls` (its webhook URL).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TeamsService {
+    pub recipient_urls: BTreeMap<String, Sensitive>,
+    pub insecure_skip_verify: bool,
+    pub retry: RetryPolicy,
+}
+
 /// PagerDuty's Events API v2 endpoint.
 pub const PAGERDUTY_EVENTS_URL: &str = "https://events.pagerduty.com/v2/enqueue";
 
@@ -116,6 +125,7 @@ pub enum Service {
     Slack(SlackService),
     PagerDutyV2(PagerDutyService),
     Email(EmailService),
+    Teams(TeamsService),
 }
 
 impl Service {
@@ -125,6 +135,7 @@ impl Service {
             Self::Slack(_) => "slack",
             Self::PagerDutyV2(_) => "pagerdutyv2",
             Self::Email(_) => "email",
+            Self::Teams(_) => "teams",
         }
     }
 
@@ -134,12 +145,14 @@ impl Service {
             Self::Slack(slack) => slack.retry,
             Self::PagerDutyV2(pagerduty) => pagerduty.retry,
             Self::Email(email) => email.retry,
+            Self::Teams(teams) => teams.retry,
         }
     }
 }
 
-/// One condition of a trigger: `when` (an expr-lang expression over `rollout`; empty: always)
-/// and the templates to `send`.
+/// One condition of a trigger: `when` (an expr-lang expression over `rollout`; empty: always),
+/// the templates to `send`, and `oncePer` (an expression: the condition sends once per distinct
+/// value of it, as Argo's notifications engine does).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TriggerCondition {
@@ -164,6 +177,8 @@ pub struct NotificationConfig {
     /// `defaultTriggers.<service>`: the default triggers of one service.
     pub service_default_triggers: BTreeMap<String, Vec<String>>,
     pub subscriptions: Vec<GlobalSubscription>,
+    /// The Secret's values, which templates see as `.secrets` (as in Argo).
+    pub secrets: BTreeMap<String, Sensitive>,
 }
 
 /// A ConfigMap key that could not be used.
@@ -227,6 +242,15 @@ struct PagerDutySpec {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TeamsSpec {
+    #[serde(default)]
+    recipient_urls: BTreeMap<String, String>,
+    #[serde(default)]
+    insecure_skip_verify: bool,
+}
+
+#[derive(Deserialize)]
 struct EmailSpec {
     #[serde(default)]
     host: String,
@@ -257,6 +281,10 @@ impl NotificationConfig {
     ) -> (Self, Vec<ConfigError>) {
         let mut config = Self {
             default_triggers: FAILURE_TRIGGERS.iter().map(|t| t.to_string()).collect(),
+            secrets: secret
+                .iter()
+                .map(|(key, value)| (key.clone(), Sensitive(value.clone())))
+                .collect(),
             ..Self::default()
         };
         let mut errors = Vec::new();
@@ -331,6 +359,11 @@ fn check_conditions(conditions: &[TriggerCondition]) -> Result<(), String> {
         if !condition.when.is_empty() {
             rollouts_analysis::condition::check_parses(&condition.when).map_err(|e| {
                 format!("condition {index}: `when` is not an expr-lang expression: {e}")
+            })?;
+        }
+        if !condition.once_per.is_empty() {
+            rollouts_analysis::condition::check_parses(&condition.once_per).map_err(|e| {
+                format!("condition {index}: `oncePer` is not an expr-lang expression: {e}")
             })?;
         }
     }
@@ -455,10 +488,24 @@ fn parse_service(
                 retry: RetryPolicy::default(),
             })
         }
+        "teams" => {
+            let spec: TeamsSpec = serde_saphyr::from_str(value).map_err(|e| {
+                format!("not a teams service (recipientUrls, insecureSkipVerify): {e}")
+            })?;
+            Service::Teams(TeamsService {
+                recipient_urls: spec
+                    .recipient_urls
+                    .into_iter()
+                    .map(|(recipient, url)| (recipient, Sensitive(expand(&url, secret))))
+                    .collect(),
+                insecure_skip_verify: spec.insecure_skip_verify,
+                retry: RetryPolicy::default(),
+            })
+        }
         other => {
             return Err(format!(
-                "service type {other:?} is not supported yet (webhook, slack, pagerdutyv2 and email \
-                 are; a Slack incoming webhook or a Teams workflow can be sent with \
+                "service type {other:?} is not supported yet (webhook, slack, teams, pagerdutyv2 \
+                 and email are; a Slack incoming webhook or a Teams workflow can be sent with \
                  `service.webhook.<name>`)"
             ));
         }
@@ -553,6 +600,10 @@ mod tests {
                 "host: smtp.example.com\nport: 465\nfrom: $mail-from\nusername: $mail-user\npassword: $mail-pass\n",
             ),
             (
+                "service.teams",
+                "recipientUrls:\n  ops-channel: $teams-ops\n",
+            ),
+            (
                 "template.rollout-aborted",
                 "message: Rollout {{.rollout.metadata.name}} has been aborted.\n",
             ),
@@ -576,9 +627,21 @@ mod tests {
             ("mail-from", "rollouts@example.com"),
             ("mail-user", "bot"),
             ("mail-pass", "pw"),
+            (
+                "teams-ops",
+                "https://example.webhook.office.com/webhookb2/x",
+            ),
         ]);
         let (config, errors) = NotificationConfig::parse(&data, &secret);
         assert_eq!(errors, vec![]);
+        let Some(Service::Teams(teams)) = config.services.get("teams") else {
+            panic!("teams: {:?}", config.services);
+        };
+        assert_eq!(
+            teams.recipient_urls["ops-channel"].0,
+            "https://example.webhook.office.com/webhookb2/x"
+        );
+        assert_eq!(config.secrets["mail-user"].0, "bot");
         let Some(Service::Webhook(ops)) = config.services.get("ops") else {
             panic!("webhook ops: {:?}", config.services);
         };
@@ -642,7 +705,7 @@ mod tests {
     #[test]
     fn unusable_keys_are_reported_by_name_and_the_rest_kept() {
         let data = map(&[
-            ("service.teams", "recipientUrls: {}\n"),
+            ("service.opsgenie", "apiKeys: {}\n"),
             ("service.webhook.bad", "url: ftp://x\n"),
             ("service.slack", "token: $absent\n"),
             (
@@ -658,16 +721,16 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "service.opsgenie",
                 "service.slack",
-                "service.teams",
                 "service.webhook.bad",
                 "template.t",
                 "trigger.on-x",
                 "trigger.on-y"
             ]
         );
-        assert!(errors[0].reason.contains("Secret"), "{}", errors[0]);
-        assert!(errors[1].reason.contains("not supported"), "{}", errors[1]);
+        assert!(errors[0].reason.contains("not supported"), "{}", errors[0]);
+        assert!(errors[1].reason.contains("Secret"), "{}", errors[1]);
         assert!(config.services.contains_key("good"));
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::Reporter;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -24,11 +24,13 @@ use super::config::NotificationConfig;
 use super::services::{self, HttpClients, SendError};
 use super::subscriptions::{self, Destination};
 use super::template::Notification;
+use super::template::{ExtraVariables, variables_with};
 use super::{
     NOTIFICATION_FAILED_REASON, NOTIFIED_ANNOTATION, NotificationSends, template,
-    trigger_conditions, trigger_for_reason, variables,
+    trigger_conditions, trigger_for_reason,
 };
-use crate::planner::Event;
+use crate::planner::{Event, REVISION_ANNOTATION};
+use rollouts_crds::analysis::AnalysisRun;
 
 /// Notifications waiting for delivery at most; past it a notification is dropped (and
 /// counted), never a reconcile held up.
@@ -391,7 +393,7 @@ async fn work(mut queue: mpsc::UnboundedReceiver<Job>, shared: Arc<Shared>) {
 }
 
 /// Evaluates the trigger's conditions and sends each that holds to the job's destination,
-/// unless it was already notified of this occurrence.
+/// unless it was already notified of this occurrence (or, with `oncePer`, of this value).
 async fn deliver(shared: &Shared, job: Job) {
     let Some(conditions) = trigger_conditions(&job.config, &job.trigger) else {
         return;
@@ -403,9 +405,15 @@ async fn deliver(shared: &Shared, job: Job) {
         }
         let condition_key = format!("[{index}].{}", sha1_base64(&condition.when));
         let destination = &job.destination;
+        let once = match condition.once_per.as_str() {
+            "" => job.occurrence.clone(),
+            once_per => once_per_value(&job, once_per)
+                .await
+                .unwrap_or_else(|| job.occurrence.clone()),
+        };
         let state_key = format!(
-            "{}:{}:{condition_key}:{}:{}",
-            job.occurrence, job.trigger, destination.service, destination.recipient
+            "{once}:{}:{condition_key}:{}:{}",
+            job.trigger, destination.service, destination.recipient
         );
         if shared.already_notified(&key, &job.notified, &state_key) {
             continue;
@@ -413,7 +421,7 @@ async fn deliver(shared: &Shared, job: Job) {
         let Some(service) = job.config.services.get(&destination.service) else {
             return;
         };
-        let outcome = match render(&job, &condition.send, &destination.recipient) {
+        let outcome = match render(shared, &job, &condition.send, destination).await {
             Ok(notification) => {
                 send_with_retries(
                     shared,
@@ -470,20 +478,99 @@ async fn holds(job: &Job, when: &str) -> bool {
     }
 }
 
-fn render(job: &Job, templates: &[String], recipient: &str) -> Result<Notification, String> {
-    let vars = variables(&job.rollout, recipient);
+/// The value of a condition's `oncePer` for the Rollout; `None` (the event's own occurrence
+/// keys the send, as without `oncePer`) when it cannot be evaluated, as Argo's engine does.
+async fn once_per_value(job: &Job, once_per: &str) -> Option<String> {
+    let rollout = rollouts_analysis::condition::from_json(&job.rollout);
+    let expression = once_per.to_string();
+    let evaluated = tokio::task::spawn_blocking(move || {
+        rollouts_analysis::condition::eval_text_over(&[("rollout", rollout)], &expression)
+    })
+    .await;
+    match evaluated {
+        Ok(Ok(value)) => Some(value),
+        Ok(Err(error)) => {
+            tracing::warn!(namespace = %job.namespace, rollout = %job.name, trigger = %job.trigger, %error, "a trigger's oncePer could not be evaluated; the event is sent as without it");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+async fn render(
+    shared: &Shared,
+    job: &Job,
+    templates: &[String],
+    destination: &Destination,
+) -> Result<Notification, String> {
+    let specs = templates
+        .iter()
+        .map(|name| {
+            template(&job.config, name).map(|spec| (name, spec)).ok_or_else(|| {
+                format!(
+                    "template {name:?} named by trigger {:?} is not in the notification ConfigMap",
+                    job.trigger
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let runs = if template::mentions_analysis_runs(specs.iter().map(|(_, spec)| spec)) {
+        analysis_runs(&shared.client, &job.namespace, &job.rollout).await
+    } else {
+        None
+    };
+    let extra = ExtraVariables {
+        service_type: &destination.service,
+        secrets: Some(&job.config.secrets),
+        analysis_runs: runs.as_ref(),
+    };
+    let vars = variables_with(&job.rollout, &destination.recipient, &extra);
     let mut notification = Notification::default();
-    for name in templates {
-        let spec = template(&job.config, name).ok_or_else(|| {
-            format!(
-                "template {name:?} named by trigger {:?} is not in the notification ConfigMap",
-                job.trigger
-            )
-        })?;
+    for (name, spec) in specs {
         spec.render_into(&vars, &mut notification)
             .map_err(|e| format!("template {name:?}: {e}"))?;
     }
     Ok(notification)
+}
+
+/// What templates see as `.analysisRuns`, as Argo Rollouts gives it: the Rollout's namespace's
+/// AnalysisRuns of its current pod template hash and revision, newest first; `None` when there
+/// are none (or they cannot be listed, which is logged).
+pub async fn analysis_runs(
+    client: &Client,
+    namespace: &str,
+    rollout: &serde_json::Value,
+) -> Option<serde_json::Value> {
+    let hash = rollout["status"]["currentPodHash"]
+        .as_str()
+        .filter(|h| !h.is_empty())?;
+    let revision = rollout["metadata"]["annotations"][REVISION_ANNOTATION].as_str();
+    let api: Api<AnalysisRun> = Api::namespaced(client.clone(), namespace);
+    let selector = format!(
+        "{}={hash}",
+        rollouts_crds::rollout::DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY
+    );
+    let listed = match api.list(&ListParams::default().labels(&selector)).await {
+        Ok(listed) => listed.items,
+        Err(error) => {
+            tracing::warn!(%namespace, %error, "the AnalysisRuns a notification template reads could not be listed");
+            return None;
+        }
+    };
+    let mut runs: Vec<AnalysisRun> = listed
+        .into_iter()
+        .filter(|run| {
+            run.annotations()
+                .get(REVISION_ANNOTATION)
+                .map(String::as_str)
+                == revision
+        })
+        .collect();
+    if runs.is_empty() {
+        return None;
+    }
+    runs.sort_by(|a, b| b.creation_timestamp().cmp(&a.creation_timestamp()));
+    serde_json::to_value(runs).ok()
 }
 
 async fn send_with_retries(

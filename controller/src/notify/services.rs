@@ -1,6 +1,6 @@
 //! Sending a rendered notification: the generic webhook (method, URL plus the template's path,
-//! headers, basic auth, body), Slack's `chat.postMessage`, PagerDuty's Events API v2 and email
-//! over SMTP. [`SendError::is_transient`] says whether trying again may help.
+//! headers, basic auth, body), Slack's `chat.postMessage`, a Microsoft Teams webhook's
+//! MessageCard, PagerDuty's Events API v2 and email over SMTP. [`SendError::is_transient`] says whether trying again may help.
 //! Error texts never hold a URL, header or token: they can end up in events and logs.
 
 use std::time::Duration;
@@ -8,7 +8,9 @@ use std::time::Duration;
 use base64::Engine;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 
-use super::config::{EmailService, PagerDutyService, Service, SlackService, WebhookService};
+use super::config::{
+    EmailService, PagerDutyService, Service, SlackService, TeamsService, WebhookService,
+};
 use super::template::Notification;
 
 /// How long one request may take before it counts as a timeout.
@@ -27,6 +29,8 @@ pub enum SendError {
     Connect(String),
     #[error("Slack refused the message: {0}")]
     Slack(String),
+    #[error("Teams refused the message: {0}")]
+    Teams(String),
     #[error("the mail server refused the message: {message}")]
     Smtp { message: String, transient: bool },
     #[error("the request could not be built: {0}")]
@@ -40,6 +44,7 @@ impl SendError {
             Self::Status { code } => *code >= 500 || *code == 429 || *code == 408,
             Self::Timeout | Self::Connect(_) => true,
             Self::Slack(error) => error == "ratelimited",
+            Self::Teams(_) => false,
             Self::Smtp { transient, .. } => *transient,
             Self::Request(_) => false,
         }
@@ -102,6 +107,98 @@ pub async fn send(
             send_pagerduty(http, pagerduty, notification, recipient).await
         }
         Service::Email(email) => send_email(email, notification, recipient).await,
+        Service::Teams(teams) => send_teams(http, teams, notification, recipient).await,
+    }
+}
+
+/// The body Argo's engine posts to a Teams webhook: the template's `teams.template` as written,
+/// else a MessageCard with the message as its text, `title`, `summary`, `themeColor`,
+/// `sections` (with `facts` as one more section) and `potentialAction`.
+pub fn teams_message(notification: &Notification) -> Result<String, SendError> {
+    let teams = notification.teams.clone().unwrap_or_default();
+    if !teams.template.is_empty() {
+        return Ok(teams.template);
+    }
+    let list = |field: &str, text: &str| -> Result<Vec<serde_json::Value>, SendError> {
+        serde_json::from_str(text).map_err(|e| {
+            SendError::Request(format!(
+                "the template's teams.{field} is not a JSON list after rendering: {e}"
+            ))
+        })
+    };
+    let text = if teams.text.is_empty() {
+        &notification.message
+    } else {
+        &teams.text
+    };
+    // Field names as Argo's engine writes them (`context` without its `@` included).
+    let mut card = serde_json::json!({
+        "@type": "MessageCard",
+        "context": "https://schema.org/extensions",
+        "title": teams.title,
+        "summary": teams.summary,
+        "text": text,
+    });
+    if !teams.theme_color.is_empty() {
+        card["themeColor"] = teams.theme_color.clone().into();
+    }
+    let mut sections = if teams.sections.is_empty() {
+        Vec::new()
+    } else {
+        list("sections", &teams.sections)?
+    };
+    if !teams.facts.is_empty() {
+        sections.push(serde_json::json!({"facts": list("facts", &teams.facts)?}));
+    }
+    if !teams.potential_action.is_empty() {
+        card["potentialAction"] = list("potentialAction", &teams.potential_action)?.into();
+    }
+    if !sections.is_empty() {
+        card["sections"] = sections.into();
+    }
+    Ok(card.to_string())
+}
+
+/// A Teams incoming webhook: POSTs [`teams_message`] to the URL `recipientUrls` has for
+/// `recipient`. As with Argo's engine, only an answer of `1` is a success.
+async fn send_teams(
+    http: &HttpClients,
+    teams: &TeamsService,
+    notification: &Notification,
+    recipient: &str,
+) -> Result<(), SendError> {
+    let url = teams.recipient_urls.get(recipient).ok_or_else(|| {
+        SendError::Request(format!(
+            "recipient {recipient:?} is not in the teams service's recipientUrls"
+        ))
+    })?;
+    let body = teams_message(notification)?;
+    let response = http
+        .pick(teams.insecure_skip_verify)
+        .post(url.0.as_str())
+        .header(CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(classify)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(SendError::Status {
+            code: status.as_u16(),
+        });
+    }
+    let answer = rollouts_analysis::provider::body::read_capped(response, MAX_ANSWER_BYTES)
+        .await
+        .map_err(|e| SendError::Connect(e.to_string()))?;
+    let answer = String::from_utf8_lossy(&answer);
+    if answer.trim() == "1" {
+        Ok(())
+    } else {
+        let mut said: String = answer.chars().take(200).collect();
+        if said.is_empty() {
+            said = "an empty answer (a Teams webhook answers 1)".to_string();
+        }
+        Err(SendError::Teams(said))
     }
 }
 
@@ -351,5 +448,54 @@ mod tests {
         assert!(SendError::Timeout.is_transient());
         assert!(SendError::Slack("ratelimited".into()).is_transient());
         assert!(!SendError::Slack("channel_not_found".into()).is_transient());
+    }
+
+    #[test]
+    fn a_teams_message_is_argos_message_card_or_the_template_as_written() {
+        use super::super::template::TeamsSpec;
+        let mut notification = Notification {
+            message: "Rollout web has been aborted.".into(),
+            ..Default::default()
+        };
+        let card: serde_json::Value =
+            serde_json::from_str(&teams_message(&notification).expect("a card")).expect("JSON");
+        assert_eq!(
+            card,
+            serde_json::json!({
+                "@type": "MessageCard",
+                "context": "https://schema.org/extensions",
+                "title": "",
+                "summary": "",
+                "text": "Rollout web has been aborted."
+            })
+        );
+        notification.teams = Some(TeamsSpec {
+            title: "Aborted".into(),
+            theme_color: "#FF0000".into(),
+            sections: r#"[{"activityTitle": "web"}]"#.into(),
+            facts: r#"[{"name": "namespace", "value": "shop"}]"#.into(),
+            potential_action: r#"[{"@type": "OpenUri", "name": "Open"}]"#.into(),
+            ..Default::default()
+        });
+        let card: serde_json::Value =
+            serde_json::from_str(&teams_message(&notification).expect("a card")).expect("JSON");
+        assert_eq!(card["title"], "Aborted");
+        assert_eq!(card["themeColor"], "#FF0000");
+        assert_eq!(
+            card["sections"],
+            serde_json::json!([
+                {"activityTitle": "web"},
+                {"facts": [{"name": "namespace", "value": "shop"}]}
+            ])
+        );
+        assert_eq!(card["potentialAction"][0]["name"], "Open");
+        notification.teams.as_mut().expect("set").facts = "{not json".into();
+        let error = teams_message(&notification).expect_err("refused");
+        assert!(error.to_string().contains("teams.facts"), "{error}");
+        notification.teams.as_mut().expect("set").template = r#"{"type": "message"}"#.into();
+        assert_eq!(
+            teams_message(&notification).expect("as written"),
+            r#"{"type": "message"}"#
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! Notification templates: Go template text (rendered with the gtmpl crate) in the fields
 //! Argo's templates have (`message`, `email.subject`, `slack.attachments|blocks`,
-//! `webhook.<service>.method|path|body`, `pagerdutyv2.*`), over Argo's variables: `.rollout` (the Rollout as
-//! JSON), `.recipient` and `.time` (`.time.Now`), with the sprig functions Argo's built-in
+//! `webhook.<service>.method|path|body`, `pagerdutyv2.*`, `teams.*`), over Argo's variables:
+//! `.rollout` (the Rollout as JSON), `.recipient`, `.serviceType`, `.time` (`.time.Now`),
+//! `.secrets` (the notification Secret) and `.analysisRuns` (the current revision's runs), with the sprig functions Argo's built-in
 //! templates use (`add`, `sub`, `mul`, `upper`, `lower`, `trim`, `quote`, `default`, `toJson`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,6 +23,60 @@ pub struct TemplateSpec {
     pub webhook: BTreeMap<String, WebhookSpec>,
     #[serde(default)]
     pub pagerdutyv2: Option<PagerDutySpec>,
+    #[serde(default)]
+    pub teams: Option<TeamsSpec>,
+}
+
+/// `teams`: Argo's Microsoft Teams fields. `template` is a whole message (sent as written);
+/// otherwise a MessageCard is built from the others (`facts`, `sections` and
+/// `potentialAction` are JSON lists).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TeamsSpec {
+    #[serde(default)]
+    pub template: String,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default)]
+    pub summary: String,
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub theme_color: String,
+    #[serde(default)]
+    pub facts: String,
+    #[serde(default)]
+    pub sections: String,
+    #[serde(default)]
+    pub potential_action: String,
+}
+
+impl TeamsSpec {
+    fn fields(&self) -> [(&'static str, &String); 8] {
+        [
+            ("template", &self.template),
+            ("title", &self.title),
+            ("summary", &self.summary),
+            ("text", &self.text),
+            ("themeColor", &self.theme_color),
+            ("facts", &self.facts),
+            ("sections", &self.sections),
+            ("potentialAction", &self.potential_action),
+        ]
+    }
+
+    fn fields_mut(&mut self) -> [&mut String; 8] {
+        [
+            &mut self.template,
+            &mut self.title,
+            &mut self.summary,
+            &mut self.text,
+            &mut self.theme_color,
+            &mut self.facts,
+            &mut self.sections,
+            &mut self.potential_action,
+        ]
+    }
 }
 
 /// `pagerdutyv2`: the Events API v2 payload fields Argo's template has.
@@ -80,13 +135,15 @@ pub struct Notification {
     pub slack_blocks: String,
     pub webhook: BTreeMap<String, WebhookSpec>,
     pub pagerduty: Option<PagerDutySpec>,
+    pub teams: Option<TeamsSpec>,
 }
 
 impl TemplateSpec {
     /// Parses `template.<name>`'s YAML and checks every field parses as a Go template.
     pub fn parse(value: &str) -> Result<Self, String> {
-        let spec: Self = serde_saphyr::from_str(value)
-            .map_err(|e| format!("not a template (message, email, slack, webhook): {e}"))?;
+        let spec: Self = serde_saphyr::from_str(value).map_err(|e| {
+            format!("not a template (message, email, slack, teams, pagerdutyv2, webhook): {e}")
+        })?;
         for (field, text) in spec.fields() {
             parse_template(&text).map_err(|e| format!("`{field}` is not a Go template: {e}"))?;
         }
@@ -109,6 +166,11 @@ impl TemplateSpec {
         if let Some(pagerduty) = &self.pagerdutyv2 {
             for (field, text) in pagerduty.fields() {
                 fields.push((format!("pagerdutyv2.{field}"), text.clone()));
+            }
+        }
+        if let Some(teams) = &self.teams {
+            for (field, text) in teams.fields() {
+                fields.push((format!("teams.{field}"), text.clone()));
             }
         }
         fields
@@ -147,6 +209,13 @@ impl TemplateSpec {
                 *target = render(&format!("pagerdutyv2.{field}"), text)?;
             }
             into.pagerduty = Some(rendered);
+        }
+        if let Some(teams) = &self.teams {
+            // As Argo's engine: a later template's non-empty field wins, field by field.
+            let rendered = into.teams.get_or_insert_with(TeamsSpec::default);
+            for ((field, text), target) in teams.fields().into_iter().zip(rendered.fields_mut()) {
+                set(target, render(&format!("teams.{field}"), text)?);
+            }
         }
         for (service, webhook) in &self.webhook {
             into.webhook.insert(
@@ -190,8 +259,28 @@ impl PagerDutySpec {
     }
 }
 
+/// The variables a template sees besides `.rollout` and `.recipient`, as Argo Rollouts gives
+/// them: `.serviceType` (the service's name), `.secrets` (the notification Secret's values)
+/// and `.analysisRuns` (the AnalysisRuns of the Rollout's current revision, newest first; nil
+/// when it has none).
+#[derive(Clone, Debug, Default)]
+pub struct ExtraVariables<'a> {
+    pub service_type: &'a str,
+    pub secrets: Option<&'a BTreeMap<String, super::config::Sensitive>>,
+    pub analysis_runs: Option<&'a serde_json::Value>,
+}
+
 /// The variables a template sees: `.rollout`, `.recipient` and `.time`.
 pub fn variables(rollout: &serde_json::Value, recipient: &str) -> Value {
+    variables_with(rollout, recipient, &ExtraVariables::default())
+}
+
+/// The variables a template sees: `.rollout`, `.recipient`, `.time`, and `extra`'s.
+pub fn variables_with(
+    rollout: &serde_json::Value,
+    recipient: &str,
+    extra: &ExtraVariables<'_>,
+) -> Value {
     let mut time = HashMap::new();
     time.insert(
         "Now".to_string(),
@@ -200,8 +289,30 @@ pub fn variables(rollout: &serde_json::Value, recipient: &str) -> Value {
     let mut vars = HashMap::new();
     vars.insert("rollout".to_string(), from_json(rollout));
     vars.insert("recipient".to_string(), Value::from(recipient));
+    vars.insert("serviceType".to_string(), Value::from(extra.service_type));
     vars.insert("time".to_string(), Value::Map(time));
+    let secrets = extra
+        .secrets
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| (key.clone(), Value::from(value.0.as_str())))
+        .collect();
+    vars.insert("secrets".to_string(), Value::Map(secrets));
+    vars.insert(
+        "analysisRuns".to_string(),
+        extra.analysis_runs.map_or(Value::Nil, from_json),
+    );
     Value::Map(vars)
+}
+
+/// Whether any field of `specs` mentions `.analysisRuns` (only then are the runs
+/// read for it).
+pub fn mentions_analysis_runs<'a>(specs: impl IntoIterator<Item = &'a TemplateSpec>) -> bool {
+    specs.into_iter().any(|spec| {
+        spec.fields()
+            .iter()
+            .any(|(_, text)| text.contains("analysisRuns"))
+    })
 }
 
 /// A JSON value as a template sees it: objects are maps (a missing key is `<no value>`, as
@@ -518,5 +629,72 @@ mod tests {
         )
         .expect_err("refused");
         assert!(error.contains("add"), "{error}");
+    }
+
+    #[test]
+    fn a_teams_section_renders_each_field_and_a_later_template_wins_field_by_field() {
+        let first = TemplateSpec::parse(
+            "message: m\nteams:\n  title: Rollout {{.rollout.metadata.name}} aborted\n  themeColor: '#FF0000'\n  facts: '[{\"name\": \"namespace\", \"value\": \"{{.rollout.metadata.namespace}}\"}]'\n",
+        )
+        .expect("parses");
+        let second = TemplateSpec::parse("teams:\n  summary: '{{.rollout.metadata.name}}'\n")
+            .expect("parses");
+        let mut notification = Notification::default();
+        for spec in [&first, &second] {
+            spec.render_into(&variables(&rollout(), ""), &mut notification)
+                .expect("renders");
+        }
+        let teams = notification.teams.expect("a teams section");
+        assert_eq!(teams.title, "Rollout web aborted");
+        assert_eq!(teams.theme_color, "#FF0000");
+        assert_eq!(teams.summary, "web");
+        assert_eq!(teams.facts, r#"[{"name": "namespace", "value": "shop"}]"#);
+        let error =
+            TemplateSpec::parse("teams:\n  sections: '{{ .rollout'\n").expect_err("refused");
+        assert!(error.contains("teams.sections"), "{error}");
+    }
+
+    #[test]
+    fn templates_see_the_service_type_secrets_and_analysis_runs_as_in_argo() {
+        let secrets: BTreeMap<String, super::super::config::Sensitive> = [(
+            "grafana-url".to_string(),
+            super::super::config::Sensitive("https://grafana.example.com".into()),
+        )]
+        .into_iter()
+        .collect();
+        let runs = json!([
+            {"metadata": {"name": "web-2-1"}, "status": {"phase": "Failed", "message": "error rate 7%"}},
+            {"metadata": {"name": "web-2-0"}, "status": {"phase": "Successful"}}
+        ]);
+        let extra = ExtraVariables {
+            service_type: "slack",
+            secrets: Some(&secrets),
+            analysis_runs: Some(&runs),
+        };
+        let vars = variables_with(&rollout(), "dev", &extra);
+        assert_eq!(
+            render("{{.serviceType}}:{{.recipient}}", &vars).expect("renders"),
+            "slack:dev"
+        );
+        assert_eq!(
+            render("{{index .secrets \"grafana-url\"}}/d/web", &vars).expect("renders"),
+            "https://grafana.example.com/d/web"
+        );
+        assert_eq!(
+            render(
+                "{{range .analysisRuns}}{{.metadata.name}}={{.status.phase}};{{end}}",
+                &vars
+            )
+            .expect("renders"),
+            "web-2-1=Failed;web-2-0=Successful;"
+        );
+        assert_eq!(
+            render(
+                "{{if .analysisRuns}}runs{{else}}none{{end}}",
+                &variables(&rollout(), "")
+            )
+            .expect("renders"),
+            "none"
+        );
     }
 }
