@@ -19,6 +19,14 @@ pub const MAX_RESPONSE_BYTES: u64 = 1024 * 1024 * 1024;
 pub const DEFAULT_MEASUREMENT_CONCURRENCY: u16 =
     crate::analysisrun::bounds::DEFAULT_MEASUREMENT_CONCURRENCY;
 
+/// Defaults of the concurrency and rate-limit flags: Argo's (cmd/rollouts-controller/main.go:
+/// DefaultRolloutThreads, DefaultAnalysisThreads, DefaultQPS, DefaultBurst), so a controller that
+/// takes over from Argo puts the same load on the API server.
+pub const DEFAULT_ROLLOUT_THREADS: u16 = 10;
+pub const DEFAULT_ANALYSIS_THREADS: u16 = 30;
+pub const DEFAULT_QPS: f64 = 40.0;
+pub const DEFAULT_BURST: u32 = 80;
+
 /// A progressive delivery controller for Argo Rollouts' `Rollout` kind.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "rollouts-controller", version, about)]
@@ -32,9 +40,25 @@ pub struct Flags {
     #[arg(long, value_parser = parse_instance_id)]
     pub instance_id: Option<String>,
 
-    /// How many Rollouts are reconciled at the same time.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrency: u16,
+    /// How many Rollouts are reconciled at the same time (Argo's --rollout-threads, default 10
+    /// there too; --concurrency is the former name).
+    #[arg(long, alias = "concurrency", default_value_t = DEFAULT_ROLLOUT_THREADS, value_parser = clap::value_parser!(u16).range(1..))]
+    pub rollout_threads: u16,
+
+    /// How many AnalysisRuns are reconciled at the same time (Argo's default: 30); never fewer
+    /// than --analysis-measurement-concurrency, as a run waiting for a measurement slot holds one.
+    #[arg(long, default_value_t = DEFAULT_ANALYSIS_THREADS, value_parser = clap::value_parser!(u16).range(1..))]
+    pub analysis_threads: u16,
+
+    /// Requests per second the controller sends the API server at most, on average
+    /// (client-side token bucket; Argo's default: 40).
+    #[arg(long, default_value_t = DEFAULT_QPS, value_parser = parse_qps)]
+    pub qps: f64,
+
+    /// Requests the controller may send at once above --qps after a quiet spell (Argo's
+    /// default: 80).
+    #[arg(long, default_value_t = DEFAULT_BURST, value_parser = clap::value_parser!(u32).range(1..))]
+    pub burst: u32,
 
     /// Run only while holding the leader Lease, so that one replica acts at a time.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -81,7 +105,7 @@ pub struct Flags {
     pub analysis_max_response_bytes: u64,
 
     /// Measurements in flight at once, all AnalysisRuns together; one run takes at most a
-    /// quarter of them. AnalysisRuns are reconciled up to max(--concurrency, this) at a time.
+    /// quarter of them. AnalysisRuns are reconciled up to max(--analysis-threads, this) at a time.
     #[arg(long, default_value_t = DEFAULT_MEASUREMENT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub analysis_measurement_concurrency: u16,
 
@@ -152,6 +176,8 @@ pub enum FlagError {
     LeaseTooShort { value: String },
     #[error("{value:?} is too long for a lease: use at most 24h")]
     LeaseTooLong { value: String },
+    #[error("{value:?} is not a rate: use a number of requests per second above 0, e.g. 40")]
+    Qps { value: String },
 }
 
 /// An instance id becomes a label value, so it must be one.
@@ -168,6 +194,18 @@ fn parse_instance_id(value: &str) -> Result<String, FlagError> {
             value: value.to_string(),
         })
     }
+}
+
+/// A positive, finite number of requests per second.
+fn parse_qps(value: &str) -> Result<f64, FlagError> {
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|qps| qps.is_finite() && *qps > 0.0)
+        .ok_or_else(|| FlagError::Qps {
+            value: value.to_string(),
+        })
 }
 
 /// The longest `--lease-duration`: a day.
@@ -224,7 +262,10 @@ mod tests {
         let flags = parse(&[]).expect("no flags is valid");
         assert_eq!(flags.namespace, None);
         assert_eq!(flags.instance_id, None);
-        assert_eq!(flags.concurrency, 10);
+        assert_eq!(flags.rollout_threads, 10);
+        assert_eq!(flags.analysis_threads, 30);
+        assert_eq!(flags.qps, 40.0);
+        assert_eq!(flags.burst, 80);
         assert!(flags.leader_elect);
         assert_eq!(flags.lease_name, "rollouts-controller-lock");
         assert_eq!(flags.lease_duration, Duration::from_secs(15));
@@ -243,8 +284,14 @@ mod tests {
             "shop",
             "--instance-id",
             "blue",
-            "--concurrency",
+            "--rollout-threads",
             "3",
+            "--analysis-threads",
+            "7",
+            "--qps",
+            "12.5",
+            "--burst",
+            "25",
             "--leader-elect=false",
             "--leader-election-namespace",
             "ops",
@@ -272,7 +319,10 @@ mod tests {
         .expect("all flags are valid");
         assert_eq!(flags.namespace.as_deref(), Some("shop"));
         assert_eq!(flags.instance_id.as_deref(), Some("blue"));
-        assert_eq!(flags.concurrency, 3);
+        assert_eq!(flags.rollout_threads, 3);
+        assert_eq!(flags.analysis_threads, 7);
+        assert_eq!(flags.qps, 12.5);
+        assert_eq!(flags.burst, 25);
         assert!(!flags.leader_elect);
         assert_eq!(flags.leader_election_namespace.as_deref(), Some("ops"));
         assert_eq!(flags.lease_name, "my-lock");
@@ -297,8 +347,18 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_the_flag_named() {
-        let error = parse(&["--concurrency", "0"]).expect_err("zero workers cannot reconcile");
-        assert!(error.to_string().contains("--concurrency"), "{error}");
+        let error = parse(&["--rollout-threads", "0"]).expect_err("zero workers cannot reconcile");
+        assert!(error.to_string().contains("--rollout-threads"), "{error}");
+        let former = parse(&["--concurrency", "4"]).expect("the former name still works");
+        assert_eq!(former.rollout_threads, 4);
+        let error = parse(&["--analysis-threads", "0"]).expect_err("zero workers");
+        assert!(error.to_string().contains("--analysis-threads"), "{error}");
+        for bad in ["0", "-1", "NaN", "inf", "fast"] {
+            let error = parse(&["--qps", bad]).expect_err("not a rate");
+            assert!(error.to_string().contains("--qps"), "{error}");
+        }
+        let error = parse(&["--burst", "0"]).expect_err("no request could go");
+        assert!(error.to_string().contains("--burst"), "{error}");
         let error =
             parse(&["--instance-id", "not a label"]).expect_err("spaces are not label values");
         assert!(

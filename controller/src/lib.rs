@@ -21,3 +21,4 @@ pub mod reconcile;
 pub mod startup;
 pub mod status_patch;
 pub mod supervise;
+pub mod throttle;

@@ -10,6 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -32,6 +33,7 @@ use crate::notify::{ConfigSource, Notifier};
 use crate::owned_cache::{self, OwnedCaches};
 use crate::reconcile::{error_policy, reconcile};
 use crate::supervise::{GaveUp, RestartPolicy, panic_message, supervise};
+use crate::throttle::{Limit, ThrottleLayer};
 
 /// How long AnalysisRun reconciles in flight get to finish once the Rollout controller stopped.
 const ANALYSIS_RUN_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -87,7 +89,14 @@ pub async fn client(flags: &Flags) -> Result<Client> {
         hyper::header::USER_AGENT,
         hyper::header::HeaderValue::from_static(USER_AGENT),
     ));
-    Client::try_from(config).map_err(|e| kubeconfig_error("client".to_string())(Box::new(e)))
+    let limit = ThrottleLayer::new(Limit {
+        qps: flags.qps,
+        burst: flags.burst,
+    });
+    Ok(ClientBuilder::try_from(config)
+        .map_err(|e| kubeconfig_error("client".to_string())(Box::new(e)))?
+        .with_layer(&limit)
+        .build())
 }
 
 /// The `User-Agent` of every request the controller makes.
@@ -214,7 +223,7 @@ pub async fn run(flags: Flags) -> Result<()> {
     let caches = Arc::new(OwnedCaches::new());
     let claims = Arc::new(Claims::default());
     let rollout_controller = rollout_controller(&client, namespace, &selector, &caches, &claims)
-        .with_config(controller::Config::default().concurrency(flags.concurrency));
+        .with_config(controller::Config::default().concurrency(flags.rollout_threads));
     let metrics = Arc::new(Metrics::new(rollout_controller.store()));
     let diagnostics = Arc::new(Diagnostics::new(if flags.leader_elect {
         Leadership::Follower

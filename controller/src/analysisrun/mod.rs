@@ -135,7 +135,7 @@ pub struct Options {
     pub namespace: Option<String>,
     /// The instance-id selector, the same as for Rollouts, as Argo scopes every informer.
     pub label_selector: String,
-    /// `--concurrency`: runs reconciled at the same time.
+    /// `--analysis-threads`: runs reconciled at the same time.
     pub concurrency: u16,
     /// `--prometheus-address`: used by metrics that leave `address` empty.
     pub prometheus_address: Option<String>,
@@ -151,7 +151,7 @@ impl Options {
             // A run waiting on a measurement slot holds a reconcile slot: never fewer of
             // those than of measurement slots.
             concurrency: flags
-                .concurrency
+                .analysis_threads
                 .max(flags.analysis_measurement_concurrency),
             prometheus_address: flags.prometheus_address.clone(),
             limits: bounds::Limits {
