@@ -3,6 +3,8 @@
 //! promote from the page promotes, and a user the API server forbids to patch gets the API's
 //! own message. No controller runs: the tests write status where a controller would.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -10,131 +12,41 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
-use rollouts_e2e::sim::{SimHandle, SimOptions, start};
 use serde_json::{Value, json};
+use support::{DEADLINE, World, eventually, on_path};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-// A deadline, not a timing: the suite shares 2 cores with parallel builds in CI.
-const DEADLINE: Duration = Duration::from_secs(45);
-
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(program))
-        .find(|path| path.is_file())
-}
-
-struct World {
-    sim: SimHandle,
-    dir: PathBuf,
-    client: kube::Client,
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn world(label: &str) -> World {
-    assert!(
-        on_path("kubectl").is_some(),
-        "kubectl is not on PATH: these tests drive the real kubectl 1.32 (CI has it)"
-    );
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-    let sim = start(SimOptions {
-        crd_dirs: vec![crds],
-        pod_ready_after: Duration::from_millis(100),
-        metrics_listen: None,
-        ..SimOptions::default()
-    })
-    .expect("kube-sim starts");
-    let dir = std::env::temp_dir().join(format!(
-        "kubectl-rollouts-dashboard-{label}-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(dir.join("cache")).expect("temp dir");
-    sim.write_kubeconfig(&dir.join("kubeconfig"))
-        .expect("write kubeconfig");
-    let config = kube::Config::new(sim.url().parse().expect("sim URL"));
-    let client = kube::Client::try_from(config).expect("client");
-    World { sim, dir, client }
+    World::start("dashboard", label)
 }
 
-impl World {
-    fn path_var(&self) -> std::ffi::OsString {
-        let plugin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-rollouts"))
-            .parent()
-            .expect("the binary has a directory")
-            .to_path_buf();
-        let rest = std::env::var_os("PATH").unwrap_or_default();
-        std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(&rest)))
-            .expect("PATH joins")
-    }
-
-    /// `kubectl ARGS` with `kubeconfig` and this world's cache.
-    fn kubectl(&self, kubeconfig: &Path, args: &[&str]) -> Command {
-        let mut command = Command::new("kubectl");
-        command
-            .args(args)
-            .env("PATH", self.path_var())
-            .env("KUBECONFIG", kubeconfig)
-            .env("KUBECACHEDIR", self.dir.join("cache"))
-            .env("HOME", &self.dir);
-        command
-    }
-
-    fn rollouts(&self) -> Api<DynamicObject> {
-        let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"),
-            "rollouts",
-        );
-        Api::namespaced_with(self.client.clone(), "default", &resource)
-    }
-
-    async fn rollout(&self, name: &str) -> Value {
-        serde_json::to_value(self.rollouts().get(name).await.expect("rollout exists"))
-            .expect("JSON")
-    }
-
-    async fn patch_status(&self, name: &str, status: Value) {
-        self.rollouts()
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await
-            .expect("status patch");
-    }
-
-    /// `kubectl rollouts dashboard --port 0` with `kubeconfig`; the dashboard and its URL.
-    fn dashboard(&self, kubeconfig: &Path) -> Dashboard {
-        let mut child = self
-            .kubectl(kubeconfig, &["rollouts", "dashboard", "--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("kubectl runs");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            let mut line = String::new();
-            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-            let _ = sender.send(line);
-        });
-        let line = receiver
-            .recv_timeout(DEADLINE)
-            .expect("the dashboard printed its address in time");
-        let authority = line
-            .split("http://")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        Dashboard { child, authority }
-    }
+/// `kubectl rollouts dashboard --port 0` with `kubeconfig`; the dashboard and its URL.
+fn dashboard(world: &World, kubeconfig: &Path) -> Dashboard {
+    let mut child = world
+        .kubectl(kubeconfig, &["rollouts", "dashboard", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kubectl runs");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = sender.send(line);
+    });
+    let line = receiver
+        .recv_timeout(DEADLINE)
+        .expect("the dashboard printed its address in time");
+    let authority = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    Dashboard { child, authority }
 }
 
 /// A running dashboard, stopped when dropped.
@@ -237,18 +149,6 @@ impl Dashboard {
     }
 }
 
-/// Polls `check` every 20 ms until it gives Some, failing after `DEADLINE`.
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn rollout(name: &str, image: &str) -> Value {
     json!({
         "apiVersion": "argoproj.io/v1alpha1",
@@ -307,7 +207,7 @@ async fn the_dashboard_lists_streams_changes_and_promotes() {
         .await
         .expect("kube-sim stores the deep Rollout");
     let kubeconfig = world.dir.join("kubeconfig");
-    let dashboard = world.dashboard(&kubeconfig);
+    let dashboard = dashboard(&world, &kubeconfig);
 
     // Given: the overview lists both Rollouts (once the watches have listed them), and names
     // the one it cannot decode.
@@ -584,7 +484,7 @@ async fn a_user_forbidden_to_patch_sees_the_page_and_the_api_message() {
             .replace("user: {}", "user:\n    token: viewer"),
     )
     .expect("write kubeconfig");
-    let dashboard = world.dashboard(&kubeconfig);
+    let dashboard = dashboard(&world, &kubeconfig);
 
     eventually("the overview through the read-only user", async || {
         let (_, body) = dashboard.get("/").await;
@@ -831,7 +731,7 @@ fn screenshot_dir() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_chromium_the_pages_update_live_and_the_buttons_act() {
     assert!(
-        on_path("chromium").is_some() && on_path("chromedriver").is_some(),
+        on_path("chromium") && on_path("chromedriver"),
         "chromium and chromedriver are not on PATH: install Debian's chromium and chromium-driver (.ci/run does)"
     );
     let world = world("browser");
@@ -888,7 +788,7 @@ async fn in_chromium_the_pages_update_live_and_the_buttons_act() {
     .await
     .expect("run status");
     let kubeconfig = world.dir.join("kubeconfig");
-    let dashboard = world.dashboard(&kubeconfig);
+    let dashboard = dashboard(&world, &kubeconfig);
     let base = format!("http://{}", dashboard.authority);
     let shots = screenshot_dir();
     let browser = Browser::start(&world.dir).await;
@@ -1005,7 +905,7 @@ async fn a_thousand_rollouts_are_listed_and_one_change_is_streamed_alone() {
             .expect("seed");
     }
     let kubeconfig = world.dir.join("kubeconfig");
-    let dashboard = world.dashboard(&kubeconfig);
+    let dashboard = dashboard(&world, &kubeconfig);
     let overview = eventually("all rows listed", async || {
         let (_, body) = dashboard.get("/").await;
         (body.matches("<tr id=\"row:").count() == COUNT).then_some(body)

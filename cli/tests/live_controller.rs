@@ -7,181 +7,47 @@
 //! executable (`target/<profile>/rollouts-controller`); `cargo test --workspace` builds it first,
 //! `cargo build -p rollouts-controller` does it alone.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun};
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
-use rollouts_e2e::sim::{SimHandle, SimOptions, start};
 use serde_json::{Value, json};
+use support::{Controller, NAMESPACE, World, eventually_within};
 
 // A deadline, not a timing: the suite shares two cores with builds and other tests.
 const DEADLINE: Duration = Duration::from_secs(60);
-const NAMESPACE: &str = "default";
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
-}
-
-/// `target/<profile>/rollouts-controller`, next to this test's `deps/` directory.
-fn controller_binary() -> PathBuf {
-    let test_executable = std::env::current_exe().expect("the test executable's path");
-    let profile_dir = test_executable
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test executable lives in target/<profile>/deps");
-    let binary = profile_dir.join(format!(
-        "rollouts-controller{}",
-        std::env::consts::EXE_SUFFIX
-    ));
-    assert!(
-        binary.is_file(),
-        "the controller binary {} is missing: run `cargo build -p rollouts-controller` first (`cargo test --workspace` builds it too)",
-        binary.display()
-    );
-    binary
-}
-
-/// The controller process, its log lines echoed to the test's stderr (shown when a test fails).
-struct Controller(Child);
-
-impl Controller {
-    fn start(kubeconfig: &Path) -> Self {
-        let mut child = Command::new(controller_binary())
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--leader-elect=false", "--log-format", "json"])
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-            ])
-            .env_remove("RUST_LOG")
-            .env_remove("ROLLOUTS_NAMESPACE")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the controller starts");
-        for stream in [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    eprintln!("controller: {line}");
-                }
-            });
-        }
-        Self(child)
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A kube-sim with the CRDs, a kubeconfig and kubectl cache for it, a client, and the
-/// controller running against it.
-struct World {
-    sim: SimHandle,
-    dir: PathBuf,
-    client: Client,
+/// A world with the controller running against it.
+struct Live {
+    world: World,
     _controller: Controller,
 }
 
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+impl std::ops::Deref for Live {
+    type Target = World;
+
+    fn deref(&self) -> &World {
+        &self.world
     }
 }
 
-impl World {
+impl Live {
     fn start(label: &str) -> Self {
-        assert!(
-            on_path("kubectl"),
-            "kubectl is not on PATH: these tests drive the real kubectl (CI has it)"
-        );
-        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-        let sim = start(SimOptions {
-            crd_dirs: vec![crds],
-            pod_ready_after: Duration::from_millis(100),
-            metrics_listen: None,
-            ..SimOptions::default()
-        })
-        .expect("kube-sim starts");
-        let dir = std::env::temp_dir().join(format!(
-            "kubectl-rollouts-live-{label}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(dir.join("cache")).expect("temp dir");
-        sim.write_kubeconfig(&dir.join("kubeconfig"))
-            .expect("write kubeconfig");
-        let config = kube::Config::new(sim.url().parse().expect("sim URL"));
-        let client = Client::try_from(config).expect("client");
-        let controller = Controller::start(&dir.join("kubeconfig"));
+        let world = World::start("live", label);
+        let controller = Controller::start(&world.kubeconfig());
         Self {
-            sim,
-            dir,
-            client,
+            world,
             _controller: controller,
         }
-    }
-
-    /// PATH with the plugin's directory first, so kubectl finds this build of it.
-    fn path_var(&self) -> std::ffi::OsString {
-        let plugin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-rollouts"))
-            .parent()
-            .expect("the binary has a directory")
-            .to_path_buf();
-        let rest = std::env::var_os("PATH").unwrap_or_default();
-        std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(&rest)))
-            .expect("PATH joins")
-    }
-
-    /// `kubectl rollouts ARGS` with this world's kubeconfig and cache.
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .arg("rollouts")
-            .args(args)
-            .env("PATH", self.path_var())
-            .env("KUBECONFIG", self.dir.join("kubeconfig"))
-            .env("KUBECACHEDIR", self.dir.join("cache"))
-            .env("HOME", &self.dir)
-            .output()
-            .expect("kubectl runs")
-    }
-
-    /// Runs `kubectl rollouts ARGS`, which must succeed; returns its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl rollouts {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     fn rollouts(&self) -> Api<Rollout> {
@@ -287,24 +153,13 @@ fn rollout(name: &str, image: &str) -> Value {
     })
 }
 
-/// Polls `check` every 50 ms until it gives Some, failing after [`DEADLINE`].
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn eventually<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    eventually_within(DEADLINE, what, check).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promote_abort_retry_and_status_drive_the_controller() {
-    let world = World::start("promote");
+    let world = Live::start("promote");
     world
         .sim
         .create(NAMESPACE, rollout("web", "app:v1"))
@@ -365,7 +220,7 @@ async fn promote_abort_retry_and_status_drive_the_controller() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_resume_and_undo_drive_the_controller() {
-    let world = World::start("undo");
+    let world = Live::start("undo");
     world
         .sim
         .create(NAMESPACE, rollout("shop", "app:v1"))
@@ -458,7 +313,7 @@ fn metric_stub(body: Value) -> (String, Arc<Mutex<Vec<String>>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_analysisrun_starts_a_run_the_controller_measures() {
-    let world = World::start("create-run");
+    let world = Live::start("create-run");
     let (stub, paths) = metric_stub(json!({"rate": 0.99}));
     world
         .sim

@@ -2,128 +2,16 @@
 //! in-process kube-sim. No controller runs: tests write the Rollout's status themselves,
 //! through the /status subresource, where a controller would.
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::core::GroupVersionKind;
-use rollouts_e2e::sim::{SimHandle, SimOptions, start};
 use serde_json::{Value, json};
+use support::{Tmux, World, eventually, lines_of, next_line, on_path, wait_exit};
 
-// Generous: a deadline, not a timing; the suite shares 2 cores with parallel builds in CI.
-const DEADLINE: Duration = Duration::from_secs(45);
-
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(program))
-        .find(|path| path.is_file())
-}
-
-/// A kube-sim with the Rollout CRDs, a kubeconfig for it, and a fresh kubectl cache.
-struct World {
-    sim: SimHandle,
-    dir: PathBuf,
-    client: kube::Client,
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Panics, saying what to install, when kubectl is not on PATH: these tests are the proof that
-/// the plugin works through kubectl, so they must not pass without it.
-fn world(label: &str) -> Option<World> {
-    assert!(
-        on_path("kubectl").is_some(),
-        "kubectl is not on PATH: these tests drive the real kubectl 1.32 (CI has it)"
-    );
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-    let sim = start(SimOptions {
-        crd_dirs: vec![crds],
-        pod_ready_after: Duration::from_millis(100),
-        metrics_listen: None,
-        ..SimOptions::default()
-    })
-    .expect("kube-sim starts");
-    let dir = std::env::temp_dir().join(format!(
-        "kubectl-rollouts-sim-{label}-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(dir.join("cache")).expect("temp dir");
-    sim.write_kubeconfig(&dir.join("kubeconfig"))
-        .expect("write kubeconfig");
-    let config = kube::Config::new(sim.url().parse().expect("sim URL"));
-    let client = kube::Client::try_from(config).expect("client");
-    Some(World { sim, dir, client })
-}
-
-impl World {
-    /// PATH with the plugin's directory first, so kubectl finds this build of it.
-    fn path_var(&self) -> std::ffi::OsString {
-        let plugin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-rollouts"))
-            .parent()
-            .expect("the binary has a directory")
-            .to_path_buf();
-        let rest = std::env::var_os("PATH").unwrap_or_default();
-        std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(&rest)))
-            .expect("PATH joins")
-    }
-
-    /// `kubectl rollouts ARGS`, with this world's kubeconfig and cache.
-    fn kubectl(&self, args: &[&str]) -> Command {
-        let mut command = Command::new("kubectl");
-        command
-            .arg("rollouts")
-            .args(args)
-            .env("PATH", self.path_var())
-            .env("KUBECONFIG", self.dir.join("kubeconfig"))
-            .env("KUBECACHEDIR", self.dir.join("cache"))
-            .env("HOME", &self.dir);
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.kubectl(args).output().expect("kubectl runs")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl rollouts {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn rollouts(&self) -> Api<DynamicObject> {
-        let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"),
-            "rollouts",
-        );
-        Api::namespaced_with(self.client.clone(), "default", &resource)
-    }
-
-    async fn rollout(&self, name: &str) -> Value {
-        serde_json::to_value(self.rollouts().get(name).await.expect("rollout exists"))
-            .expect("JSON")
-    }
-
-    async fn patch_status(&self, name: &str, status: Value) {
-        self.rollouts()
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await
-            .expect("status patch");
-    }
+fn world(label: &str) -> World {
+    World::start("sim", label)
 }
 
 fn rollout(name: &str) -> Value {
@@ -159,56 +47,9 @@ fn progressing() -> Value {
     })
 }
 
-/// Polls `check` every 20 ms until it gives Some, failing after `DEADLINE`.
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Lines of a child's stdout, as they come.
-fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    receiver
-}
-
-fn next_line(lines: &mpsc::Receiver<String>) -> String {
-    lines
-        .recv_timeout(DEADLINE)
-        .expect("the plugin printed a line in time")
-}
-
-/// Waits for a child to exit, failing after `DEADLINE`.
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().expect("child status") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the plugin did not exit in time");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_verbs_change_the_rollout_through_kubectl() {
-    let Some(world) = world("verbs") else { return };
+    let world = world("verbs");
     world.sim.create("default", rollout("web")).expect("seed");
     world
         .patch_status(
@@ -258,7 +99,7 @@ async fn the_verbs_change_the_rollout_through_kubectl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_watches_until_healthy_or_degraded() {
-    let Some(world) = world("status") else { return };
+    let world = world("status");
     for name in ["good", "bad", "slow"] {
         world.sim.create("default", rollout(name)).expect("seed");
         world.patch_status(name, progressing()).await;
@@ -272,7 +113,7 @@ async fn status_watches_until_healthy_or_degraded() {
     );
 
     let mut good = world
-        .kubectl(&["status", "good", "--timeout", "30s"])
+        .kubectl_rollouts(&["status", "good", "--timeout", "30s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -287,7 +128,7 @@ async fn status_watches_until_healthy_or_degraded() {
     assert!(wait_exit(&mut good).success());
 
     let mut bad = world
-        .kubectl(&["status", "bad"])
+        .kubectl_rollouts(&["status", "bad"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -361,7 +202,7 @@ async fn seed_tree(world: &World) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_rollout_draws_the_tree_and_list_the_table() {
-    let Some(world) = world("get") else { return };
+    let world = world("get");
     seed_tree(&world).await;
     let tree = eventually("two ready pods in the tree", async || {
         let out = world.ok(&["get", "rollout", "web", "--no-color"]);
@@ -403,54 +244,11 @@ async fn get_rollout_draws_the_tree_and_list_the_table() {
     );
 }
 
-/// tmux on its own socket in the test's directory, so it never touches a user's sessions.
-struct Tmux {
-    socket: PathBuf,
-}
-
-impl Tmux {
-    fn command(&self, args: &[&str]) -> Output {
-        Command::new("tmux")
-            .arg("-S")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("tmux runs")
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.command(&["capture-pane", "-p", "-t", "watch"]).stdout)
-            .into_owned()
-    }
-
-    /// Polls the screen until `ready` holds, failing with the last screen after `DEADLINE`.
-    async fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let screen = self.screen();
-            if ready(&screen) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; the screen:\n{screen}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.command(&["kill-server"]);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_rollout_watch_redraws_in_place_and_stops_on_ctrl_c() {
-    let Some(world) = world("watch") else { return };
+    let world = world("watch");
     assert!(
-        on_path("tmux").is_some(),
+        on_path("tmux"),
         "tmux is not on PATH: apt-get install -y tmux (.ci/run does)"
     );
     seed_tree(&world).await;
@@ -590,13 +388,11 @@ fn plan_and_lint_on_the_examples() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_watch_prints_changed_rows() {
-    let Some(world) = world("list-watch") else {
-        return;
-    };
+    let world = world("list-watch");
     world.sim.create("default", rollout("web")).expect("seed");
     world.patch_status("web", progressing()).await;
     let mut child = world
-        .kubectl(&["list", "rollouts", "--watch"])
+        .kubectl_rollouts(&["list", "rollouts", "--watch"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

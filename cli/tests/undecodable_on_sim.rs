@@ -2,96 +2,23 @@
 //! field set to 3000000000, a free-form field nested 140 deep): a listing shows the objects that
 //! fit and names each that does not, and a verb on a bad object fails naming its field and fix.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod support;
 
-use kube::api::PostParams;
-use kube::core::Request;
-use rollouts_e2e::sim::{SimHandle, SimOptions, start};
+use std::process::Stdio;
+use std::time::Instant;
+
 use serde_json::{Value, json};
-
-// A deadline, not a timing: the suite shares the machine with parallel builds.
-const DEADLINE: Duration = Duration::from_secs(45);
+use support::{DEADLINE, Kubectl, Setup, World, lines_of};
 
 const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/namespaces/default/rollouts";
 const RUNS: &str = "/apis/argoproj.io/v1alpha1/namespaces/default/analysisruns";
 
-struct World {
-    _sim: SimHandle,
-    dir: PathBuf,
-    client: kube::Client,
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn world(label: &str) -> World {
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
-    let sim = start(SimOptions {
-        crd_dirs: vec![crds],
-        pod_ready_after: Duration::from_millis(100),
-        metrics_listen: None,
-        ..SimOptions::default()
-    })
-    .expect("kube-sim starts");
-    let dir = std::env::temp_dir().join(format!(
-        "kubectl-rollouts-undecodable-{label}-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    sim.write_kubeconfig(&dir.join("kubeconfig"))
-        .expect("write kubeconfig");
-    let config = kube::Config::new(sim.url().parse().expect("sim URL"));
-    let client = kube::Client::try_from(config).expect("client");
-    World {
-        _sim: sim,
-        dir,
-        client,
-    }
-}
-
-impl World {
-    /// `kubectl-rollouts ARGS` in namespace default of this world's kube-sim.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_kubectl-rollouts"));
-        command
-            .arg("--kubeconfig")
-            .arg(self.dir.join("kubeconfig"))
-            .args(["-n", "default"])
-            .args(args);
-        command
-    }
-
-    fn plugin(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("the plugin runs")
-    }
-
-    /// Creates `object` as raw JSON (a typed client could not send or read it back).
-    async fn create(&self, collection: &str, object: &Value) -> Value {
-        let body = serde_json::to_vec(object).expect("encodes");
-        let request = Request::new(collection)
-            .create(&PostParams::default(), body)
-            .expect("a create request");
-        let text = self
-            .client
-            .request_text(request)
-            .await
-            .expect("kube-sim stores the object");
-        // Only the metadata: the object may be deeper than serde_json reads into a Value.
-        let created: Created = serde_json::from_str(&text).expect("a stored object");
-        created.metadata
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct Created {
-    metadata: Value,
+    let setup = Setup {
+        kubectl: Kubectl::Unused,
+        ..Setup::default()
+    };
+    World::start_with("undecodable", label, setup)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -140,13 +67,13 @@ const REPLICAS_ERROR: &str = "spec.replicas: invalid value: integer `3000000000`
 #[tokio::test]
 async fn a_list_names_the_bad_rollout_and_shows_the_good_one() {
     let w = world("list");
-    w.create(ROLLOUTS, &rollout("good")).await;
+    w.create_raw(ROLLOUTS, &rollout("good")).await;
     let mut bad = rollout("bad");
     bad["spec"]["replicas"] = json!(3_000_000_000u64);
-    w.create(ROLLOUTS, &bad).await;
+    w.create_raw(ROLLOUTS, &bad).await;
     let mut deep = rollout("deep");
     deep["spec"]["template"]["spec"]["deep"] = nested(140);
-    w.create(ROLLOUTS, &deep).await;
+    w.create_raw(ROLLOUTS, &deep).await;
 
     let out = w.plugin(&["list", "rollouts"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -183,7 +110,7 @@ async fn verbs_on_the_bad_rollout_name_the_field_and_the_fix() {
     let w = world("verbs");
     let mut bad = rollout("bad");
     bad["spec"]["replicas"] = json!(3_000_000_000u64);
-    w.create(ROLLOUTS, &bad).await;
+    w.create_raw(ROLLOUTS, &bad).await;
 
     let expected =
         format!("error: rollouts.argoproj.io \"bad\" cannot be decoded: {REPLICAS_ERROR}");
@@ -221,10 +148,10 @@ async fn verbs_on_the_bad_rollout_name_the_field_and_the_fix() {
 #[tokio::test]
 async fn get_shows_the_good_rollout_and_names_its_bad_analysis_runs() {
     let w = world("get");
-    let good = w.create(ROLLOUTS, &rollout("good")).await;
-    let other = w.create(ROLLOUTS, &rollout("other")).await;
+    let good = w.create_raw(ROLLOUTS, &rollout("good")).await;
+    let other = w.create_raw(ROLLOUTS, &rollout("other")).await;
     let web = json!({"web": {"url": "http://example.invalid/", "jsonPath": "{$.value}"}});
-    w.create(
+    w.create_raw(
         RUNS,
         &run_of(
             "too-many",
@@ -233,7 +160,7 @@ async fn get_shows_the_good_rollout_and_names_its_bad_analysis_runs() {
         ),
     )
     .await;
-    w.create(
+    w.create_raw(
         RUNS,
         &run_of(
             "not-mine",
@@ -269,23 +196,15 @@ async fn list_watch_keeps_listing_past_a_rollout_too_deep_to_read() {
     let w = world("watch");
     let mut deep = rollout("deep");
     deep["spec"]["template"]["spec"]["deep"] = nested(140);
-    w.create(ROLLOUTS, &deep).await;
+    w.create_raw(ROLLOUTS, &deep).await;
 
     let mut child = w
-        .command(&["list", "rollouts", "--watch"])
+        .plugin_command(&["list", "rollouts", "--watch"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("the plugin starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (sender, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let lines = lines_of(&mut child);
     // The table is printed (its header) before the watch starts.
     let deadline = Instant::now() + DEADLINE;
     let seen = |name: &str, deadline: Instant| loop {
@@ -298,7 +217,7 @@ async fn list_watch_keeps_listing_past_a_rollout_too_deep_to_read() {
     };
     assert!(seen("NAME", deadline), "no table header");
     // Created after the watch's first listing: it shows only if the watch survives the deep one.
-    w.create(ROLLOUTS, &rollout("late")).await;
+    w.create_raw(ROLLOUTS, &rollout("late")).await;
     let late = seen("late", Instant::now() + DEADLINE);
     let _ = child.kill();
     let _ = child.wait();
