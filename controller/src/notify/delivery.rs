@@ -177,6 +177,15 @@ impl Notifier {
                 at_step["status"]["currentStepIndex"] = index.into();
                 rollout_json = Arc::new(at_step);
             }
+            // Argo records RolloutUpdated once the Rollout carries its new revision; ours is
+            // written in the same pass as the event, after the Rollout was read.
+            if let Some(revision) = updated_revision(event)
+                && rollout_json["metadata"]["annotations"][REVISION_ANNOTATION] != revision
+            {
+                let mut updated = (*rollout_json).clone();
+                updated["metadata"]["annotations"][REVISION_ANNOTATION] = revision.into();
+                rollout_json = Arc::new(updated);
+            }
             let notified: BTreeMap<String, i64> = annotations
                 .get(NOTIFIED_ANNOTATION)
                 .and_then(|value| serde_json::from_str(value).ok())
@@ -218,6 +227,17 @@ fn completed_step_index(event: &Event) -> Option<i64> {
         .strip_prefix("Rollout step ")?
         .split_once('/')?;
     number.parse::<i64>().ok()?.checked_sub(1)
+}
+
+/// The revision a `RolloutUpdated` event reports ("Rollout updated to revision 3").
+fn updated_revision(event: &Event) -> Option<&str> {
+    if event.reason != rollouts_crds::conditions::ROLLOUT_UPDATED_REASON {
+        return None;
+    }
+    event
+        .message
+        .strip_prefix("Rollout updated to revision ")
+        .filter(|revision| !revision.is_empty())
 }
 
 /// The once-per part of an event's key: its reason and message and the version of the
@@ -569,7 +589,7 @@ pub async fn analysis_runs(
     if runs.is_empty() {
         return None;
     }
-    runs.sort_by(|a, b| b.creation_timestamp().cmp(&a.creation_timestamp()));
+    runs.sort_by_key(|run| std::cmp::Reverse(run.creation_timestamp()));
     serde_json::to_value(runs).ok()
 }
 
@@ -744,6 +764,22 @@ mod tests {
         assert_eq!(step("something else"), None);
         assert_eq!(
             completed_step_index(&event("RolloutAborted", "Rollout step 2/8 completed")),
+            None
+        );
+    }
+
+    #[test]
+    fn an_update_event_names_its_revision() {
+        let update = |reason: &str, message: &str| {
+            updated_revision(&event(reason, message)).map(str::to_string)
+        };
+        assert_eq!(
+            update("RolloutUpdated", "Rollout updated to revision 3").as_deref(),
+            Some("3")
+        );
+        assert_eq!(update("RolloutUpdated", "something else"), None);
+        assert_eq!(
+            update("RolloutAborted", "Rollout updated to revision 3"),
             None
         );
     }
