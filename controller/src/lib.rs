@@ -10,6 +10,7 @@ pub mod context;
 pub mod decode;
 pub mod error;
 pub mod events;
+pub mod experiment;
 pub mod health;
 pub mod leader;
 pub mod metrics;

@@ -113,6 +113,7 @@ const STARTUP_MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Names of the supervised tasks, as `/readyz` and the logs name them.
 const ROLLOUT_CONTROLLER: &str = "Rollout controller";
 const ANALYSIS_RUN_CONTROLLER: &str = "AnalysisRun controller";
+const EXPERIMENT_CONTROLLER: &str = "Experiment controller";
 const LEASE_HOLDER: &str = "leader lease holder";
 const HEALTH_SERVER: &str = "health server";
 const METRICS_SERVER: &str = "metrics server";
@@ -320,9 +321,10 @@ pub async fn run(flags: Flags) -> Result<()> {
         let options = crate::analysisrun::Options::from_flags(&flags);
         let run_metrics = context.metrics.analysis_runs.clone();
         let panics = context.metrics.reconcile_panics.clone();
+        let experiment_options = crate::experiment::Options::from_flags(&flags);
         let (diagnostics, shutdown, stop) = (diagnostics.clone(), shutdown.clone(), stop.clone());
         async move {
-            supervise(
+            let analysis_runs = supervise(
                 ANALYSIS_RUN_CONTROLLER,
                 &diagnostics,
                 RestartPolicy::DEFAULT,
@@ -337,8 +339,26 @@ pub async fn run(flags: Flags) -> Result<()> {
                     );
                     async move { run.await.map_err(|error| error.to_string()) }
                 },
-            )
-            .await
+            );
+            // Experiments have their own controller, supervised in the same task: either one
+            // giving up ends it.
+            let experiments = supervise(
+                EXPERIMENT_CONTROLLER,
+                &diagnostics,
+                RestartPolicy::DEFAULT,
+                || *shutdown.borrow(),
+                || {
+                    crate::experiment::run(
+                        client.clone(),
+                        experiment_options.clone(),
+                        panics.clone(),
+                        stop.clone(),
+                    )
+                },
+            );
+            futures::future::try_join(analysis_runs, experiments)
+                .await
+                .map(drop)
         }
     });
     diagnostics.task_up(ROLLOUT_CONTROLLER);

@@ -61,9 +61,11 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[
     // Read back only when a watch lags the controller's own write: a race.
     ("argoproj.io", "rollouts", "get"),
     ("argoproj.io", "analysisruns", "get"),
+    ("argoproj.io", "experiments", "get"),
     // Checked by the OwnerReferencesPermissionEnforcement admission plugin, not a request.
     ("argoproj.io", "rollouts/finalizers", "update"),
     ("argoproj.io", "analysisruns/finalizers", "update"),
+    ("argoproj.io", "experiments/finalizers", "update"),
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -1372,6 +1374,67 @@ async fn workload_ref(cluster: &Cluster, namespace: &str) {
         .await;
 }
 
+/// A standalone Experiment with a template Service: it runs for its duration, then its
+/// ReplicaSet waits out its scale-down delay (an annotation) and is scaled to zero, and its
+/// Service is deleted.
+async fn experiment(cluster: &Cluster, namespace: &str) {
+    let name = "trial";
+    cluster
+        .create(
+            "experiments",
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Experiment",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "duration": "1s",
+                    "scaleDownDelaySeconds": 1,
+                    "templates": [{
+                        "name": "baseline",
+                        "replicas": 1,
+                        "selector": {"matchLabels": {"app": name}},
+                        "service": {},
+                        "template": {
+                            "metadata": {"labels": {"app": name}},
+                            "spec": {"containers": [{"name": "app", "image": "app:v1", "ports": [{"containerPort": 8080}]}]}
+                        }
+                    }]
+                }
+            }),
+        )
+        .await;
+    let experiments =
+        Api::<rollouts_crds::experiment::Experiment>::namespaced(cluster.client.clone(), namespace);
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(cluster.client.clone(), namespace);
+    let services =
+        Api::<k8s_openapi::api::core::v1::Service>::namespaced(cluster.client.clone(), namespace);
+    cluster
+        .eventually(
+            "the Experiment ran, scaled down and deleted its Service",
+            || async {
+                let experiment = experiments.get(name).await.expect("reads the Experiment");
+                let successful = experiment
+                    .status
+                    .as_ref()
+                    .and_then(|status| status.phase)
+                    .is_some_and(|phase| phase.as_str() == "Successful");
+                let scaled_down = replica_sets
+                    .get_opt(&format!("{name}-baseline"))
+                    .await
+                    .expect("reads the ReplicaSet")
+                    .and_then(|rs| rs.spec.and_then(|spec| spec.replicas))
+                    == Some(0);
+                let service_gone = services
+                    .get_opt(&format!("{name}-baseline"))
+                    .await
+                    .expect("reads the Service")
+                    .is_none();
+                (successful && scaled_down && service_gone).then_some(())
+            },
+        )
+        .await;
+}
+
 /// Every scenario at once, each its own Rollout in `namespace`.
 async fn tour(cluster: &Cluster, namespace: &str, install: &Install, cluster_templates: bool) {
     let stub = WebStub::start().await;
@@ -1384,6 +1447,7 @@ async fn tour(cluster: &Cluster, namespace: &str, install: &Install, cluster_tem
         routed_canary(cluster, namespace, Router::IstioSubsets),
         routed_canary(cluster, namespace, Router::GatewayApi),
         workload_ref(cluster, namespace),
+        experiment(cluster, namespace),
     );
 }
 

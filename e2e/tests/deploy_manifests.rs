@@ -289,6 +289,9 @@ fn cluster_role_grants_what_the_controller_does_and_no_more() {
         ("argoproj.io", "analysisruns", "patch"),
         ("argoproj.io", "analysisruns/status", "patch"),
         ("argoproj.io", "analysistemplates", "get"),
+        // The Experiment controller: its watch and its status.
+        ("argoproj.io", "experiments", "watch"),
+        ("argoproj.io", "experiments/status", "patch"),
         ("apps", "replicasets", "create"),
         ("apps", "replicasets", "patch"),
         ("apps", "replicasets", "delete"),
@@ -297,6 +300,9 @@ fn cluster_role_grants_what_the_controller_does_and_no_more() {
         ("", "pods", "list"),
         ("", "pods/eviction", "create"),
         ("", "services", "patch"),
+        // An experiment template's own Service, made while it runs and deleted after (Argo's).
+        ("", "services", "create"),
+        ("", "services", "delete"),
         ("", "secrets", "get"),
         ("events.k8s.io", "events", "create"),
         ("batch", "jobs", "create"),
@@ -323,7 +329,7 @@ fn cluster_role_grants_what_the_controller_does_and_no_more() {
         ("", "pods", "delete"),
         ("", "secrets", "list"),
         ("", "secrets", "watch"),
-        ("", "services", "delete"),
+        ("", "services", "deletecollection"),
         ("coordination.k8s.io", "leases", "update"),
     ];
     for (group, resource, verb) in refused {
