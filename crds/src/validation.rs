@@ -362,19 +362,6 @@ fn traffic_routing_limits(
             "name the Services in stableService and canaryService instead",
         ));
     }
-    // Argo holds such a canary at full scale while the weight steps back through the setWeight
-    // steps, which this controller does not plan yet.
-    if canary.effective_dynamic_stable_scale()
-        && canary
-            .abort_scale_down_delay_seconds
-            .is_some_and(|seconds| seconds > 0)
-    {
-        errors.push(FieldError::new(
-            "spec.strategy.canary.abortScaleDownDelaySeconds",
-            "a delayed scale-down on abort is not supported with dynamicStableScale by this controller yet (the canary follows the weight down)",
-            "remove abortScaleDownDelaySeconds (or set it to 0), or dynamicStableScale",
-        ));
-    }
 }
 
 fn step_limits(step: &CanaryStep, path: &str, errors: &mut Vec<FieldError>) {
@@ -2074,10 +2061,8 @@ mod tests {
                 canary.abort_scale_down_delay_seconds = Some(10);
                 canary.dynamic_stable_scale = Some(true);
             });
-        assert_eq!(
-            limit_paths(&dynamic),
-            ["spec.strategy.canary.abortScaleDownDelaySeconds"]
-        );
+        // Planned since the abort steps back through the weights as Argo's does.
+        assert!(limit_paths(&dynamic).is_empty());
         let no_router = Rollout::test_canary("web", vec![])
             .with_traffic_routing(RolloutTrafficRouting::default());
         assert_eq!(

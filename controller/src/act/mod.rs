@@ -33,7 +33,9 @@ use rollouts_crds::rollout::{PodTemplateMetadata, Rollout, SCALE_DOWN_DEADLINE_A
 use rollouts_traffic::TrafficRouter;
 
 pub use analysis_runs::analysis_run_for;
-pub use replica_sets::{EPHEMERAL_METADATA_ANNOTATION, replica_set_for};
+pub use replica_sets::{
+    DESIRED_REPLICAS_ANNOTATION, EPHEMERAL_METADATA_ANNOTATION, replica_set_for,
+};
 pub use status::write_status;
 
 use crate::context::Context;
@@ -83,9 +85,15 @@ pub async fn apply(
             replica_sets::annotate_revision(&writer, &revise.name, &value).await?;
         }
     }
+    let desired_replicas = rollout.spec.effective_replicas().to_string();
     for scale in &plan.scale_replica_sets {
-        if live_rs(&scale.name).map(|rs| rs.replicas) != Some(scale.to) {
-            replica_sets::scale(&writer, &scale.name, scale.to).await?;
+        let live = live_rs(&scale.name);
+        if live.map(|rs| rs.replicas) != Some(scale.to) {
+            let stale = live
+                .and_then(|rs| rs.annotations.get(DESIRED_REPLICAS_ANNOTATION))
+                .is_none_or(|value| *value != desired_replicas);
+            let annotate = stale.then(|| desired_replicas.clone());
+            replica_sets::scale(&writer, &scale.name, scale.to, annotate).await?;
         }
     }
     if let Some(scale) = &plan.scale_deployment {

@@ -27,6 +27,11 @@ use crate::planner::{
 /// keys can be removed when the metadata changes; Argo's key.
 pub const EPHEMERAL_METADATA_ANNOTATION: &str = "rollout.argoproj.io/ephemeral-metadata";
 
+/// Annotation on a ReplicaSet recording the Rollout's `spec.replicas` when it was created or
+/// last scaled; Argo's key, written where Argo writes it (`SetReplicasAnnotations`), for the
+/// tools that read it.
+pub const DESIRED_REPLICAS_ANNOTATION: &str = "rollout.argoproj.io/desired-replicas";
+
 /// The ReplicaSet for the current pod template: the template with the hash label in its pod
 /// labels and selector (and any ephemeral metadata), owned by the Rollout, annotated with its
 /// revision.
@@ -67,7 +72,10 @@ pub fn replica_set_for(
         json!(new_rs.pod_template_hash);
     anti_affinity::inject(&mut template, rollout, &new_rs.pod_template_hash);
     let labels = template["metadata"]["labels"].clone();
-    let mut annotations = json!({ REVISION_ANNOTATION: new_rs.revision.to_string() });
+    let mut annotations = json!({
+        REVISION_ANNOTATION: new_rs.revision.to_string(),
+        DESIRED_REPLICAS_ANNOTATION: rollout.spec.effective_replicas().to_string(),
+    });
     if let Some(applied) = applied_annotation(&ephemeral) {
         annotations[EPHEMERAL_METADATA_ANNOTATION] = json!(applied);
     }
@@ -238,8 +246,25 @@ pub(super) async fn sync_ephemeral_metadata(
     Ok(())
 }
 
-pub(super) async fn scale(writer: &Writer<'_>, name: &str, to: i32) -> Result<()> {
-    writer.scale::<ReplicaSet>(name, to).await?;
+/// Scales `name` to `to`; with `desired_replicas` (its `desired-replicas` annotation is not the
+/// Rollout's `spec.replicas`), the annotation is written in the same patch, as Argo's
+/// `scaleReplicaSet` does, so it costs no extra write.
+pub(super) async fn scale(
+    writer: &Writer<'_>,
+    name: &str,
+    to: i32,
+    desired_replicas: Option<String>,
+) -> Result<()> {
+    match desired_replicas {
+        Some(desired) => {
+            let patch = json!({
+                "metadata": { "annotations": { DESIRED_REPLICAS_ANNOTATION: desired } },
+                "spec": { "replicas": to },
+            });
+            writer.patch::<ReplicaSet>("scale", name, &patch).await?;
+        }
+        None => writer.scale::<ReplicaSet>(name, to).await?,
+    }
     tracing::info!(replica_set = %name, replicas = to, "scaled ReplicaSet");
     Ok(())
 }
@@ -367,6 +392,8 @@ mod tests {
         assert_eq!(rs.metadata.name.as_deref(), Some("web-abc"));
         assert_eq!(rs.metadata.namespace.as_deref(), Some("default"));
         assert_eq!(rs.annotations()[REVISION_ANNOTATION], "3");
+        // The Rollout's replicas (1 here), not the ReplicaSet's first scale, as Argo writes it.
+        assert_eq!(rs.annotations()[DESIRED_REPLICAS_ANNOTATION], "1");
         assert_eq!(rs.labels()[DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY], "abc");
         assert_eq!(rs.labels()["app"], "web");
         let owners = rs.metadata.owner_references.as_ref().expect("owner");

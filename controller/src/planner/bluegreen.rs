@@ -137,6 +137,8 @@ struct BlueGreen<'a> {
     others: Vec<&'a ObservedReplicaSet>,
     /// The new ReplicaSet is an old revision still inside its scale-down delay.
     new_rs_within_delay: bool,
+    /// Going back to a revision within `spec.rollbackWindow` (Argo's `isRollbackWithinWindow`).
+    rollback_within_window: bool,
     pause: PauseDecisions,
     out: Outbox,
     name_collision: bool,
@@ -180,6 +182,8 @@ impl<'a> BlueGreen<'a> {
             && new_rs
                 .and_then(scale_down_deadline)
                 .is_some_and(|at| at > now);
+        let rollback_within_window =
+            revisions::rollback_within_window(rollout, observed, new_rs, stable_rs);
         let mut planner = Self {
             rollout,
             blue_green,
@@ -193,6 +197,7 @@ impl<'a> BlueGreen<'a> {
             stable_rs,
             others,
             new_rs_within_delay,
+            rollback_within_window,
             pause: PauseDecisions::default(),
             out: Outbox::default(),
             name_collision: false,
@@ -256,7 +261,7 @@ impl<'a> BlueGreen<'a> {
         if self.base.promote_full && self.fully_promoted() {
             self.base.promote_full = false;
         }
-        if self.base.promote_full {
+        if self.base.promote_full || self.rollback_within_window {
             self.pause.clear = true;
             self.pause.remove_abort = true;
         }
@@ -276,11 +281,13 @@ impl<'a> BlueGreen<'a> {
             && self.base.blue_green.active_selector == self.current_hash
     }
 
-    /// Going back to the stable revision, or to an old one still inside its scale-down delay.
+    /// Going back to the stable revision, to an old one still inside its scale-down delay, or
+    /// to one within `spec.rollbackWindow`.
     fn fast_rollback(&self) -> bool {
         self.new_rs.is_some()
             && ((!self.base.stable_rs.is_empty() && self.base.stable_rs == self.current_hash)
-                || self.new_rs_within_delay)
+                || self.new_rs_within_delay
+                || self.rollback_within_window)
     }
 
     /// `spec.paused` and an inconclusive analysis hold the services where they are.
@@ -858,6 +865,9 @@ impl<'a> BlueGreen<'a> {
         }
         if self.base.promote_full {
             return Some("Full promotion requested");
+        }
+        if self.rollback_within_window {
+            return Some("Rollback within window");
         }
         if self.fast_rollback() {
             return Some("Fast rollback");

@@ -180,13 +180,19 @@ impl<'a> Planner<'a> {
     }
 
     /// A new pod template or new steps start the steps again; going back to the stable
-    /// template skips them (fast rollback).
+    /// template, or to a revision within `spec.rollbackWindow`, skips them (fast rollback).
     fn restart_on_change(&mut self) {
         let steps_hash = steps_hash(self.canary.steps());
         let previous_hash = self.base.current_pod_hash.clone();
         let template_changed = !previous_hash.is_empty() && previous_hash != self.current_hash;
         let recorded = self.recorded_steps_hash(&steps_hash);
         let steps_changed = recorded.is_none();
+        let within_window = revisions::rollback_within_window(
+            self.rollout,
+            self.observed,
+            self.new_rs,
+            self.stable_rs,
+        );
         if template_changed || steps_changed {
             let base = &mut self.base;
             base.pause_conditions.clear();
@@ -204,6 +210,17 @@ impl<'a> Planner<'a> {
                     "SkipSteps",
                     "Rollback to stable ReplicaSets".into(),
                 );
+            } else if template_changed
+                && self.step_count > 0
+                && within_window
+                && self.new_rs.is_some_and(|rs| rs.replicas > 0)
+            {
+                base.current_step_index = Some(self.step_count);
+                self.out.event(
+                    EventType::Normal,
+                    "SkipSteps",
+                    "Rollback to active ReplicaSets within RollbackWindow".into(),
+                );
             }
         }
         self.base.current_pod_hash = self.current_hash.clone();
@@ -214,7 +231,7 @@ impl<'a> Planner<'a> {
         if self.base.promote_full && self.base.stable_rs == self.current_hash {
             self.base.promote_full = false;
         }
-        if self.base.promote_full {
+        if self.base.promote_full || within_window {
             self.pause.clear = true;
             self.pause.remove_abort = true;
             if self.step_count > 0 {

@@ -53,6 +53,43 @@ pub(super) fn scale_down_deadline(rs: &ObservedReplicaSet) -> Option<Timestamp> 
         .and_then(|value| value.parse().ok())
 }
 
+/// Annotation Argo puts on an Experiment's ReplicaSets; they never count as revisions.
+const EXPERIMENT_NAME_ANNOTATION: &str = "experiment.argoproj.io/name";
+
+/// `spec.rollbackWindow`: the current revision is older than the stable one, and fewer than
+/// `rollbackWindow.revisions` ReplicaSets were created between the two, so going back to it
+/// skips the steps (Argo's `isRollbackWithinWindow`).
+pub(super) fn rollback_within_window(
+    rollout: &Rollout,
+    observed: &Observed,
+    new_rs: Option<&ObservedReplicaSet>,
+    stable_rs: Option<&ObservedReplicaSet>,
+) -> bool {
+    let (Some(new_rs), Some(stable_rs)) = (new_rs, stable_rs) else {
+        return false;
+    };
+    let window = rollout
+        .spec
+        .rollback_window
+        .as_ref()
+        .and_then(|window| window.revisions)
+        .unwrap_or_default();
+    if window <= 0 || new_rs.created >= stable_rs.created {
+        return false;
+    }
+    let between = observed
+        .replica_sets
+        .iter()
+        .filter(|rs| {
+            rs.annotations
+                .get(EXPERIMENT_NAME_ANNOTATION)
+                .is_none_or(String::is_empty)
+        })
+        .filter(|rs| new_rs.created < rs.created && rs.created < stable_rs.created)
+        .count();
+    i32::try_from(between).is_ok_and(|between| between < window)
+}
+
 /// Asks for `rs` at `to` replicas, with Argo's `ScalingReplicaSet` event.
 pub(super) fn scale(plan: &mut Plan, out: &mut Outbox, rs: &ObservedReplicaSet, to: i32) {
     let direction = if to > rs.replicas { "up" } else { "down" };

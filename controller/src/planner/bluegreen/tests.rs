@@ -937,3 +937,36 @@ fn the_preview_selects_the_new_revision_at_once() {
     assert_eq!(world.status().blue_green.preview_selector, v2);
     assert_eq!(world.active(), v1);
 }
+
+#[test]
+fn a_rollback_within_the_rollback_window_needs_no_promotion() {
+    for (window, instant) in [(None, false), (Some(2), true)] {
+        let mut ro = rollout(3).with_blue_green(|bg| bg.auto_promotion_enabled = Some(false));
+        ro.spec.rollback_window =
+            window.map(|revisions| rollouts_crds::rollout::RollbackWindowSpec {
+                revisions: Some(revisions),
+            });
+        let (mut world, v1) = World::deployed(ro);
+        world.now = at(10);
+        world.update_image("nginx:1.28");
+        world.settle();
+        world.promote();
+        world.settle();
+        // Past v1's scale-down delay: only the window can make going back to it instant.
+        world.now = at(3600);
+        world.settle();
+        assert_eq!(world.rs(&v1).replicas, 0);
+        assert_eq!(world.update_image("nginx:1.27"), v1);
+        world.settle();
+        if instant {
+            assert!(
+                world.pause_reasons().is_empty(),
+                "no pause within the window"
+            );
+            world.assert_healthy_at(&v1);
+        } else {
+            assert!(!world.pause_reasons().is_empty(), "waits for promotion");
+            assert_ne!(world.active(), v1);
+        }
+    }
+}

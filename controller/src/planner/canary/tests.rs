@@ -1553,7 +1553,7 @@ fn a_stale_deadline_on_the_stable_replica_set_is_cleared() {
     let name = stable_rs.name.clone();
     world.update_image("nginx:1.28");
     let plan = world.plan();
-    assert_eq!(plan.clear_scale_down_deadlines, [name.clone()]);
+    assert_eq!(plan.clear_scale_down_deadlines, std::slice::from_ref(&name));
     world.settle();
     assert!(
         !world
@@ -1561,4 +1561,65 @@ fn a_stale_deadline_on_the_stable_replica_set_is_cleared() {
             .annotations
             .contains_key(SCALE_DOWN_DEADLINE_ANNOTATION_KEY)
     );
+}
+
+/// Releases `image` at `seconds` and settles it to fully promoted (steps without pauses).
+fn release(world: &mut World, image: &str, seconds: i64) {
+    world.now = at(seconds);
+    world.update_image(image);
+    world.settle();
+    assert_eq!(world.status().stable_rs, world.status().current_pod_hash);
+}
+
+#[test]
+fn a_rollback_within_the_rollback_window_skips_the_steps() {
+    for (window, skipped) in [(None, false), (Some(1), true), (Some(0), false)] {
+        let mut ro = rollout(3, vec![CanaryStep::weight(50), CanaryStep::weight(80)]);
+        ro.spec.rollback_window =
+            window.map(|revisions| rollouts_crds::rollout::RollbackWindowSpec {
+                revisions: Some(revisions),
+            });
+        let (mut world, first) = World::deployed(ro);
+        release(&mut world, "nginx:1.28", 100);
+        // Back to the first template: its ReplicaSet is older than the stable one, and no
+        // revision was created between the two.
+        world.now = at(200);
+        world.update_image("nginx:1.27");
+        let plan = world.step();
+        assert_eq!(world.status().current_pod_hash, first, "{window:?}");
+        let index = plan.status.current_step_index;
+        assert_eq!(
+            index == Some(2),
+            skipped,
+            "window {window:?}: index {index:?}"
+        );
+        let skip_event = plan
+            .events
+            .iter()
+            .any(|event| event.message.contains("within RollbackWindow"));
+        // As in Argo, the event is only for a ReplicaSet that still has pods.
+        assert!(
+            !skip_event,
+            "the first ReplicaSet is scaled down: not active"
+        );
+        world.settle();
+        assert_eq!(world.status().stable_rs, first);
+    }
+}
+
+#[test]
+fn a_rollback_beyond_the_rollback_window_runs_the_steps() {
+    let mut ro = rollout(3, vec![CanaryStep::weight(50), CanaryStep::weight(80)]);
+    ro.spec.rollback_window =
+        Some(rollouts_crds::rollout::RollbackWindowSpec { revisions: Some(1) });
+    let (mut world, first) = World::deployed(ro);
+    release(&mut world, "nginx:1.28", 100);
+    release(&mut world, "nginx:1.29", 200);
+    // One revision (1.28) was created between the first and the stable one: outside a window
+    // of 1.
+    world.now = at(300);
+    world.update_image("nginx:1.27");
+    let plan = world.step();
+    assert_eq!(world.status().current_pod_hash, first);
+    assert_eq!(plan.status.current_step_index, Some(0));
 }

@@ -17,7 +17,7 @@ use rollouts_crds::rollout::{
 
 use super::super::replicas::{
     CanaryScale, CanaryStableCounts, MAX_WEIGHT, TrafficRoutedInputs,
-    calculate_replica_counts_for_traffic_routed_canary,
+    calculate_replica_counts_for_traffic_routed_canary, traffic_weight_to_replicas,
 };
 use super::super::revisions;
 use super::super::{
@@ -138,7 +138,10 @@ impl<'a> Planner<'a> {
                 weight: Some(weight),
                 ..
             }) => CanaryScale::Weight(*weight),
-            _ => CanaryScale::Weight(self.routed_step_weight()),
+            _ => CanaryScale::Weight(
+                self.dynamic_abort_weight()
+                    .unwrap_or_else(|| self.routed_step_weight()),
+            ),
         };
         let mut counts = calculate_replica_counts_for_traffic_routed_canary(TrafficRoutedInputs {
             spec_replicas: self.spec_replicas,
@@ -151,7 +154,10 @@ impl<'a> Planner<'a> {
                 .map(|weights| (weights.canary.weight, weights.stable.weight)),
             aborted: self.is_aborted(),
         });
+        // (With dynamicStableScale the counts above already keep the canary's pods for the
+        // weight the routers still hold.)
         if self.is_aborted()
+            && !self.dynamic_stable_scale()
             && !self.weight_in_effect(0)
             && let Some(new_rs) = self.new_rs
         {
@@ -243,21 +249,70 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// The canary weight an aborted `dynamicStableScale` canary steps back to (Argo's
+    /// `GetDesiredCanaryWeight`): the `setWeight` steps in reverse, the first one that needs
+    /// fewer pods than the canary still has (or than the stable still lacks), so the stable
+    /// grows step by step instead of surging to `spec.replicas`. `None` when this does not
+    /// apply (not aborted, no `dynamicStableScale`, no distinct stable or canary).
+    fn dynamic_abort_weight(&self) -> Option<i32> {
+        if !self.is_aborted() || !self.dynamic_stable_scale() {
+            return None;
+        }
+        let (Some(new_rs), Some(stable)) = (self.new_rs, self.distinct_stable()) else {
+            return None;
+        };
+        let max_weight = self.max_traffic_weight();
+        let expected = self.spec_replicas.saturating_sub(stable.available_replicas);
+        // An explicit abort delay keeps the canary at full scale until its deadline, so only the
+        // stable's progress may move the weight (else the abort would wait on itself).
+        let explicit_delay = self.rollout.spec.has_explicit_abort_scale_down_delay();
+        let canary_replicas = if explicit_delay {
+            expected
+        } else {
+            expected.max(new_rs.available_replicas)
+        };
+        let weight = self
+            .canary
+            .steps()
+            .iter()
+            .rev()
+            .filter_map(|step| step.set_weight)
+            .find(|weight| {
+                traffic_weight_to_replicas(self.spec_replicas, *weight, max_weight)
+                    < canary_replicas
+            });
+        Some(weight.unwrap_or(0))
+    }
+
     /// On abort the canary's weight goes to 0; a stable that scales with its traffic takes it
-    /// back only as fast as its pods become available.
+    /// back only as fast as its pods become available, and with the steps' weights in reverse
+    /// (Argo's `calculateDesiredWeightOnAbortOrStableRollback`).
     fn weight_on_abort(&self) -> i32 {
         let Some(stable) = self.distinct_stable() else {
             return 0;
         };
-        if !self.dynamic_stable_scale() || self.spec_replicas <= 0 {
+        let Some(desired) = self.dynamic_abort_weight() else {
+            return 0;
+        };
+        if self.spec_replicas <= 0 {
             return 0;
         }
         let max_weight = self.max_traffic_weight();
         let stable_share = floor_share(max_weight, stable.available_replicas, self.spec_replicas);
-        max_weight
-            .saturating_sub(stable_share)
-            .max(0)
-            .min(self.recorded_weight())
+        let expected = max_weight.saturating_sub(stable_share).max(0);
+        if self.recorded_weights().is_none() {
+            return expected.max(desired);
+        }
+        let current = self.recorded_weight();
+        if desired <= 0 {
+            // Never raise the weight again because the stable's availability flapped.
+            return expected.min(current);
+        }
+        if stable_share < max_weight.saturating_sub(desired) {
+            // The stable is still scaling up: the weight stays where it is.
+            return current;
+        }
+        desired.min(current)
     }
 
     /// The stable has the available pods (or meets `replicaProgressThreshold`) for `weight`.
@@ -356,10 +411,13 @@ impl<'a> Planner<'a> {
     /// to, the delay is 0 (the canary keeps the scale its steps give it) or the stable scales
     /// with its traffic (the canary follows the weight down).
     pub(super) fn abort_scale_down_delay(&self) -> Option<Duration> {
+        // With dynamicStableScale only an explicit abortScaleDownDelaySeconds delays it (Argo's
+        // shouldDelayScaleDownOnAbort); the default follows the weight down.
+        let explicit_delay = self.rollout.spec.has_explicit_abort_scale_down_delay();
         if !self.routed()
             || !self.is_aborted()
             || self.distinct_stable().is_none()
-            || self.dynamic_stable_scale()
+            || (self.dynamic_stable_scale() && !explicit_delay)
         {
             return None;
         }
