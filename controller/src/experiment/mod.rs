@@ -15,6 +15,9 @@ pub mod plan;
 mod reconcile;
 pub mod validation;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
