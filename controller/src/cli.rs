@@ -130,6 +130,12 @@ pub struct Flags {
     /// Name of the notification Secret its `$key` references read (Argo's by default).
     #[arg(long, default_value = crate::notify::DEFAULT_SECRET)]
     pub notifications_secret: String,
+
+    /// Also read the notification ConfigMap and Secret (same names) in each Rollout's own
+    /// namespace, as Argo's flag of this name does; needs list and watch on them in every
+    /// namespace (docs/notifications.md).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub self_service_notification_enabled: bool,
 }
 
 /// How log lines are written.
@@ -275,6 +281,14 @@ mod tests {
         assert_eq!(flags.prometheus_address, None);
         assert_eq!(flags.analysis_max_response_bytes, 10 * 1024 * 1024);
         assert_eq!(flags.analysis_measurement_concurrency, 32);
+    }
+
+    #[test]
+    fn self_service_notifications_are_off_unless_asked_for_as_in_argo() {
+        let off = parse(&[]).expect("valid");
+        assert!(!off.self_service_notification_enabled);
+        let on = parse(&["--self-service-notification-enabled"]).expect("valid");
+        assert!(on.self_service_notification_enabled);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use support::{Controller, NAMESPACE, Sim, canary_rollout, eventually, http_get};
+use support::{Controller, ControllerLog, NAMESPACE, Sim, canary_rollout, eventually, http_get};
 
 const DEADLINE: Duration = Duration::from_secs(45);
 const NOTIFIED: &str = "notified.notifications.argoproj.io";
@@ -197,21 +197,35 @@ impl Cluster {
 
     /// Argo's notification ConfigMap (and its Secret) in the controller's namespace.
     async fn configure(&self, data: Value, secret: Value) {
+        self.configure_in(NAMESPACE, data, secret).await;
+    }
+
+    /// Argo's notification ConfigMap (and its Secret) in `namespace`.
+    async fn configure_in(&self, namespace: &str, data: Value, secret: Value) {
+        if namespace != NAMESPACE {
+            let object: Namespace =
+                serde_json::from_value(json!({"metadata": {"name": namespace}}))
+                    .expect("a Namespace");
+            Api::<Namespace>::all(self.client.clone())
+                .create(&PostParams::default(), &object)
+                .await
+                .expect("creates the namespace");
+        }
         let configmap: ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": "argo-rollouts-notification-configmap", "namespace": NAMESPACE},
+            "metadata": {"name": "argo-rollouts-notification-configmap", "namespace": namespace},
             "data": data
         }))
         .expect("a ConfigMap");
-        Api::<ConfigMap>::namespaced(self.client.clone(), NAMESPACE)
+        Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
             .create(&PostParams::default(), &configmap)
             .await
             .expect("creates the notification ConfigMap");
         let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "argo-rollouts-notification-secret", "namespace": NAMESPACE},
+            "metadata": {"name": "argo-rollouts-notification-secret", "namespace": namespace},
             "stringData": secret
         }))
         .expect("a Secret");
-        Api::<Secret>::namespaced(self.client.clone(), NAMESPACE)
+        Api::<Secret>::namespaced(self.client.clone(), namespace)
             .create(&PostParams::default(), &secret)
             .await
             .expect("creates the notification Secret");
@@ -942,4 +956,143 @@ async fn an_unreachable_receiver_does_not_hold_up_a_release_or_other_receivers()
     })
     .await;
     assert_eq!(bodies, ["1", "2"]);
+}
+
+#[tokio::test]
+async fn with_self_service_a_rollouts_own_namespace_configures_its_notifications_too() {
+    const CONTROLLER_NAMESPACE: &str = "rollouts-system";
+    let cluster = Cluster::start("self-service");
+    let central = Receiver::start(&[], 200, "{}").await;
+    let team = Receiver::start(&[], 200, "{}").await;
+    let aborted = |service: &str| {
+        format!(
+            "message: aborted\nwebhook:\n  {service}:\n    method: POST\n    body: '{service} {{{{.rollout.metadata.name}}}}'\n"
+        )
+    };
+    cluster
+        .configure_in(
+            CONTROLLER_NAMESPACE,
+            json!({
+                "service.webhook.central": format!("url: {}\n", central.url),
+                "template.rollout-aborted": aborted("central"),
+            }),
+            json!({}),
+        )
+        .await;
+    // The team's own pair, in the Rollout's namespace: its service, template and Secret.
+    cluster
+        .configure_in(
+            NAMESPACE,
+            json!({
+                "service.webhook.team": format!("url: {}\nheaders:\n- name: Authorization\n  value: Bearer $team-token\n", team.url),
+                "template.rollout-aborted": aborted("team"),
+            }),
+            json!({"team-token": "t3am"}),
+        )
+        .await;
+    let _controller = Controller::start_with_args(
+        &cluster.kubeconfig,
+        DEADLINE,
+        ControllerLog::Json,
+        &[
+            "--notifications-namespace",
+            CONTROLLER_NAMESPACE,
+            "--self-service-notification-enabled",
+        ],
+    );
+    cluster
+        .paused_canary(
+            "team-app",
+            json!({
+                "notifications.argoproj.io/subscribe.on-rollout-aborted.central": "",
+                "notifications.argoproj.io/subscribe.on-rollout-aborted.team": "",
+            }),
+        )
+        .await;
+    cluster.abort("team-app").await;
+    let to_team = eventually(DEADLINE, "the abort at the team's receiver", || async {
+        team.accepted().first().cloned()
+    })
+    .await;
+    assert_eq!(to_team.body, "team team-app");
+    assert_eq!(to_team.header("authorization"), Some("Bearer t3am"));
+    let to_central = eventually(DEADLINE, "the abort at the central receiver", || async {
+        central.accepted().first().cloned()
+    })
+    .await;
+    assert_eq!(to_central.body, "central team-app");
+    let recorded = eventually(DEADLINE, "both sends recorded", || async {
+        let notified = cluster.notified("team-app").await;
+        (notified.len() == 2).then_some(notified)
+    })
+    .await;
+    let mut shapes: Vec<String> = recorded
+        .keys()
+        .map(|key| {
+            key.split_once(':')
+                .map(|(_, rest)| rest.to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    shapes.sort();
+    assert_eq!(
+        shapes,
+        [
+            format!("{NAMESPACE}:on-rollout-aborted:[0].2jmj7l5rSw0yVb_vlWAYkK_YBwk:team:"),
+            "on-rollout-aborted:[0].2jmj7l5rSw0yVb_vlWAYkK_YBwk:central:".to_string(),
+        ],
+        "a self-service send is keyed by its configuration's namespace, as Argo's engine keys it"
+    );
+    assert_eq!(team.accepted().len(), 1);
+    assert_eq!(central.accepted().len(), 1);
+}
+
+#[tokio::test]
+async fn without_self_service_a_rollouts_own_namespace_configures_nothing() {
+    const CONTROLLER_NAMESPACE: &str = "rollouts-system";
+    let cluster = Cluster::start("no-self-service");
+    let central = Receiver::start(&[], 200, "{}").await;
+    let team = Receiver::start(&[], 200, "{}").await;
+    cluster
+        .configure_in(
+            CONTROLLER_NAMESPACE,
+            json!({"service.webhook.central": format!("url: {}\n", central.url)}),
+            json!({}),
+        )
+        .await;
+    cluster
+        .configure_in(
+            NAMESPACE,
+            json!({"service.webhook.team": format!("url: {}\n", team.url)}),
+            json!({}),
+        )
+        .await;
+    let _controller = Controller::start_with_args(
+        &cluster.kubeconfig,
+        DEADLINE,
+        ControllerLog::Json,
+        &["--notifications-namespace", CONTROLLER_NAMESPACE],
+    );
+    cluster
+        .paused_canary(
+            "plain",
+            json!({
+                "notifications.argoproj.io/subscribe.on-rollout-aborted.central": "",
+                "notifications.argoproj.io/subscribe.on-rollout-aborted.team": "",
+            }),
+        )
+        .await;
+    cluster.abort("plain").await;
+    eventually(DEADLINE, "the abort at the central receiver", || async {
+        central.accepted().first().cloned()
+    })
+    .await;
+    eventually(DEADLINE, "the central send recorded", || async {
+        (cluster.notified("plain").await.len() == 1).then_some(())
+    })
+    .await;
+    assert!(
+        team.received().is_empty(),
+        "the Rollout's namespace's ConfigMap is not read without the flag"
+    );
 }

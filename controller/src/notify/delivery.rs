@@ -57,6 +57,9 @@ struct Job {
     rollout: Arc<serde_json::Value>,
     destination: Destination,
     config: Arc<NotificationConfig>,
+    /// The namespace of a self-service configuration (the Rollout's own ConfigMap); `None`
+    /// for the controller's.
+    config_namespace: Option<String>,
     /// The Rollout's annotation as the reconcile saw it.
     notified: BTreeMap<String, i64>,
 }
@@ -69,8 +72,12 @@ impl Job {
     /// The worker this job goes to: its Rollout and destination.
     fn route(&self) -> String {
         format!(
-            "{}/{}/{}/{}",
-            self.namespace, self.name, self.destination.service, self.destination.recipient
+            "{}/{}/{}/{}/{}",
+            self.namespace,
+            self.name,
+            self.config_namespace.as_deref().unwrap_or_default(),
+            self.destination.service,
+            self.destination.recipient
         )
     }
 }
@@ -90,6 +97,8 @@ struct Shared {
 /// Hands events to the delivery task; cheap to call from a reconcile.
 pub struct Notifier {
     config: Arc<RwLock<Arc<NotificationConfig>>>,
+    /// Self-service configurations by namespace (`--self-service-notification-enabled`).
+    namespaced: NamespacedConfigs,
     queue: mpsc::Sender<Job>,
     sends: NotificationSends,
 }
@@ -126,6 +135,7 @@ impl Notifier {
         });
         Self {
             config,
+            namespaced: NamespacedConfigs::default(),
             queue,
             sends,
         }
@@ -134,6 +144,13 @@ impl Notifier {
     /// Keeps the configuration current from the ConfigMap and Secret `source` names.
     pub fn watch(&self, client: Client, source: ConfigSource) {
         tokio::spawn(watch_config(client, source, self.config.clone()));
+    }
+
+    /// Self-service notifications, as Argo's `--self-service-notification-enabled`: also keeps
+    /// the ConfigMap and Secret of `source`'s names in every other namespace, whose Rollouts
+    /// are then notified through both their namespace's configuration and the controller's.
+    pub fn watch_self_service(&self, client: Client, source: ConfigSource) {
+        tokio::spawn(watch_namespaced(client, source, self.namespaced.clone()));
     }
 
     fn current(&self) -> Arc<NotificationConfig> {
@@ -150,12 +167,30 @@ impl Notifier {
         if events.is_empty() {
             return;
         }
-        let config = self.current();
+        let namespace = rollout.namespace().unwrap_or_default();
+        let mut configs = vec![(None, self.current())];
+        if let Some(own) = self.namespaced.get(&namespace) {
+            configs.insert(0, (Some(namespace.clone()), own));
+        }
+        let mut rollout_json = None;
+        for (config_namespace, config) in configs {
+            self.notify_with(rollout, events, config_namespace, config, &mut rollout_json);
+        }
+    }
+
+    /// [`Self::notify`] through one configuration.
+    fn notify_with(
+        &self,
+        rollout: &Rollout,
+        events: &[Event],
+        config_namespace: Option<String>,
+        config: Arc<NotificationConfig>,
+        rollout_json: &mut Option<Arc<serde_json::Value>>,
+    ) {
         let namespace = rollout.namespace().unwrap_or_default();
         let name = rollout.name_any();
         let annotations = rollout.annotations();
         let labels = rollout.labels();
-        let mut rollout_json = None;
         for event in events {
             let trigger = trigger_for_reason(&event.reason);
             let (found, errors) =
@@ -200,6 +235,7 @@ impl Notifier {
                     rollout: rollout_json.clone(),
                     destination,
                     config: config.clone(),
+                    config_namespace: config_namespace.clone(),
                     notified: notified.clone(),
                 };
                 if let Err(error) = self.queue.try_send(job) {
@@ -326,14 +362,7 @@ async fn watch_config(
                 }
                 match event {
                     Ok(watcher::Event::Apply(secret) | watcher::Event::InitApply(secret)) => {
-                        let mut values: BTreeMap<String, String> = secret
-                            .data
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-                            .collect();
-                        values.extend(secret.string_data.unwrap_or_default());
-                        Some(Change::Secret(Some(values)))
+                        Some(Change::Secret(Some(secret_values(secret))))
                     }
                     Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {
                         Some(Change::Secret(None))
@@ -370,6 +399,202 @@ async fn watch_config(
         *config
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(parsed);
+    }
+}
+
+/// The self-service configurations, by namespace: shared by the notifier and the watch that
+/// keeps them.
+#[derive(Clone, Default)]
+struct NamespacedConfigs(Arc<RwLock<HashMap<String, Arc<NotificationConfig>>>>);
+
+impl NamespacedConfigs {
+    fn get(&self, namespace: &str) -> Option<Arc<NotificationConfig>> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(namespace)
+            .cloned()
+    }
+
+    fn set(&self, namespace: &str, config: Option<NotificationConfig>) {
+        let mut configs = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match config {
+            Some(config) => configs.insert(namespace.to_string(), Arc::new(config)),
+            None => configs.remove(namespace),
+        };
+    }
+}
+
+/// The ConfigMaps and Secrets of one name in every namespace, as the watches last listed them.
+#[derive(Default)]
+struct NamespacedSources {
+    configmaps: HashMap<String, BTreeMap<String, String>>,
+    secrets: HashMap<String, BTreeMap<String, String>>,
+}
+
+impl NamespacedSources {
+    fn objects(&mut self, secret: bool) -> &mut HashMap<String, BTreeMap<String, String>> {
+        if secret {
+            &mut self.secrets
+        } else {
+            &mut self.configmaps
+        }
+    }
+
+    /// Parses `namespace`'s configuration again into `configs`: none without its ConfigMap.
+    fn reparse(&self, namespace: &str, source: &ConfigSource, configs: &NamespacedConfigs) {
+        if namespace == source.namespace {
+            // The controller's own namespace: its configuration is the controller's.
+            return;
+        }
+        let Some(data) = self.configmaps.get(namespace) else {
+            configs.set(namespace, None);
+            return;
+        };
+        let secret = self.secrets.get(namespace).cloned().unwrap_or_default();
+        let (parsed, errors) = NotificationConfig::parse(data, &secret);
+        for error in &errors {
+            tracing::warn!(%namespace, configmap = %source.configmap, "self-service notifications: {error}");
+        }
+        configs.set(namespace, Some(parsed));
+    }
+}
+
+/// One change seen by the self-service watches.
+enum NamespacedChange {
+    /// A relist began: what follows until `Listed` replaces what was known.
+    Relist {
+        secret: bool,
+    },
+    Listed {
+        secret: bool,
+    },
+    Apply {
+        secret: bool,
+        namespace: String,
+        data: BTreeMap<String, String>,
+    },
+    Delete {
+        secret: bool,
+        namespace: String,
+    },
+}
+
+fn secret_values(secret: Secret) -> BTreeMap<String, String> {
+    let mut values: BTreeMap<String, String> = secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+        .collect();
+    values.extend(secret.string_data.unwrap_or_default());
+    values
+}
+
+/// Keeps `configs` current from the ConfigMaps and Secrets named as `source` says in every
+/// namespace but the controller's, as Argo's self-service notifications read them.
+async fn watch_namespaced(client: Client, source: ConfigSource, configs: NamespacedConfigs) {
+    fn by_name(name: &str) -> watcher::Config {
+        watcher::Config::default().fields(&format!("metadata.name={name}"))
+    }
+    fn change<K: ResourceExt>(
+        event: Result<watcher::Event<K>, watcher::Error>,
+        secret: bool,
+        data: fn(K) -> BTreeMap<String, String>,
+        failing: &AtomicBool,
+    ) -> Option<NamespacedChange> {
+        if matches!(&event, Ok(e) if !matches!(e, watcher::Event::Init)) {
+            failing.store(false, Ordering::Relaxed);
+        }
+        match event {
+            Ok(watcher::Event::Init) => Some(NamespacedChange::Relist { secret }),
+            Ok(watcher::Event::InitDone) => Some(NamespacedChange::Listed { secret }),
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                Some(NamespacedChange::Apply {
+                    secret,
+                    namespace: object.namespace().unwrap_or_default(),
+                    data: data(object),
+                })
+            }
+            Ok(watcher::Event::Delete(object)) => Some(NamespacedChange::Delete {
+                secret,
+                namespace: object.namespace().unwrap_or_default(),
+            }),
+            Err(error) => {
+                let what = if secret { "Secrets" } else { "ConfigMaps" };
+                if failing.swap(true, Ordering::Relaxed) {
+                    tracing::debug!(%error, "watching the self-service notification {what} still fails; retrying");
+                } else {
+                    tracing::warn!(%error, "watching the self-service notification {what} in every namespace failed (the controller needs list and watch on them cluster-wide: docs/notifications.md); retrying");
+                }
+                None
+            }
+        }
+    }
+    let configmap_failing = Arc::new(AtomicBool::new(false));
+    let secret_failing = Arc::new(AtomicBool::new(false));
+    let configmaps = watcher(
+        Api::<ConfigMap>::all(client.clone()),
+        by_name(&source.configmap),
+    )
+    .default_backoff()
+    .filter_map(move |event| {
+        let failing = configmap_failing.clone();
+        async move {
+            change(
+                event,
+                false,
+                |cm: ConfigMap| cm.data.unwrap_or_default(),
+                &failing,
+            )
+        }
+    });
+    let secrets = watcher(Api::<Secret>::all(client), by_name(&source.secret))
+        .default_backoff()
+        .filter_map(move |event| {
+            let failing = secret_failing.clone();
+            async move { change(event, true, secret_values, &failing) }
+        });
+    let mut changes = std::pin::pin!(futures::stream::select(configmaps, secrets));
+    let mut known = NamespacedSources::default();
+    // A relist's objects, kept apart until it is complete.
+    let mut relisted: [Option<HashMap<String, BTreeMap<String, String>>>; 2] = [None, None];
+    while let Some(change) = changes.next().await {
+        match change {
+            NamespacedChange::Relist { secret } => {
+                relisted[usize::from(secret)] = Some(HashMap::new())
+            }
+            NamespacedChange::Listed { secret } => {
+                let listed = relisted[usize::from(secret)].take().unwrap_or_default();
+                let before = std::mem::replace(known.objects(secret), listed);
+                let mut namespaces: Vec<String> = before.into_keys().collect();
+                namespaces.extend(known.objects(secret).keys().cloned());
+                namespaces.sort();
+                namespaces.dedup();
+                for namespace in namespaces {
+                    known.reparse(&namespace, &source, &configs);
+                }
+            }
+            NamespacedChange::Apply {
+                secret,
+                namespace,
+                data,
+            } => {
+                if let Some(pending) = relisted[usize::from(secret)].as_mut() {
+                    pending.insert(namespace, data);
+                } else {
+                    known.objects(secret).insert(namespace.clone(), data);
+                    known.reparse(&namespace, &source, &configs);
+                }
+            }
+            NamespacedChange::Delete { secret, namespace } => {
+                known.objects(secret).remove(&namespace);
+                known.reparse(&namespace, &source, &configs);
+            }
+        }
     }
 }
 
@@ -431,8 +656,14 @@ async fn deliver(shared: &Shared, job: Job) {
                 .await
                 .unwrap_or_else(|| job.occurrence.clone()),
         };
+        // As Argo's engine: a self-service configuration's sends are keyed by its namespace.
+        let config_namespace = job
+            .config_namespace
+            .as_ref()
+            .map(|namespace| format!("{namespace}:"))
+            .unwrap_or_default();
         let state_key = format!(
-            "{once}:{}:{condition_key}:{}:{}",
+            "{once}:{config_namespace}{}:{condition_key}:{}:{}",
             job.trigger, destination.service, destination.recipient
         );
         if shared.already_notified(&key, &job.notified, &state_key) {

@@ -254,8 +254,18 @@ impl Controller {
 
     /// Like [`Self::start`], with the log handled as `log` says.
     pub fn start_with(kubeconfig: &Path, deadline: Duration, log: ControllerLog) -> Self {
+        Self::start_with_args(kubeconfig, deadline, log, &[])
+    }
+
+    /// Like [`Self::start_with`], with more flags.
+    pub fn start_with_args(
+        kubeconfig: &Path,
+        deadline: Duration,
+        log: ControllerLog,
+        args: &[&str],
+    ) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"));
-        command.arg("--kubeconfig").arg(kubeconfig);
+        command.arg("--kubeconfig").arg(kubeconfig).args(args);
         match log {
             ControllerLog::Json => {
                 command
