@@ -293,7 +293,7 @@ pub fn plan(experiment: &Experiment, observed: &Observed, now: Timestamp) -> Pla
     for analysis in &experiment.spec.analyses {
         reconcile_analysis(experiment, analysis, observed, terminating, &mut plan);
     }
-    calculate_status(experiment, &settings, now, &mut plan);
+    calculate_status(experiment, now, &mut plan);
     conditions(experiment, &settings, now, &mut plan);
     if !terminating {
         enqueue(experiment, &settings, &mut plan);
@@ -785,8 +785,7 @@ fn assess_analyses(experiment: &Experiment, status: &ExperimentStatus) -> (Analy
 }
 
 /// Argo's `calculateStatus`: the phase from the templates and the analyses.
-fn calculate_status(experiment: &Experiment, settings: &Settings, now: Timestamp, plan: &mut Plan) {
-    let _ = settings;
+fn calculate_status(experiment: &Experiment, now: Timestamp, plan: &mut Plan) {
     let before = plan.status.phase;
     match plan.status.phase {
         None => plan.status.phase = Some(AnalysisPhase::Pending),

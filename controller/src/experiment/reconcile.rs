@@ -2,7 +2,7 @@
 //! templates, plan (pure, [`super::plan`]), write what the plan asks, then the status (only
 //! when it changed, only over the copy it was planned from) and the events; the error policy.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -208,7 +208,8 @@ async fn observe(
             replica_sets.insert(template.name.clone(), ObservedReplicaSet::of(&rs));
         }
     }
-    // Services: the name each template's Service has, and any the status still records.
+    // Services: one the status records was created by an earlier pass and is taken as there
+    // (deleting it tolerates its absence); one wanted and not recorded is read by name.
     let mut services = BTreeMap::new();
     let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     for template in &experiment.spec.templates {
@@ -218,18 +219,21 @@ async fn observe(
             .find(|t| t.name == template.name)
             .map(|t| t.service_name.clone())
             .filter(|name| !name.is_empty());
-        let wanted = (template.service.is_some() && !finished)
-            .then(|| build::service_name(&experiment.name_any(), template));
-        let names: BTreeSet<String> = recorded.into_iter().chain(wanted).collect();
-        for name in names {
-            if let Some(service) = svc_api
-                .get_opt(&name)
-                .await
-                .map_err(read_error("Service", namespace, &name, experiment))?
-                && ours(experiment, service.meta()).as_deref() == Some(template.name.as_str())
-            {
-                services.insert(template.name.clone(), name);
-            }
+        if let Some(name) = recorded {
+            services.insert(template.name.clone(), name);
+            continue;
+        }
+        if template.service.is_none() || finished {
+            continue;
+        }
+        let name = build::service_name(&experiment.name_any(), template);
+        if let Some(service) = svc_api
+            .get_opt(&name)
+            .await
+            .map_err(read_error("Service", namespace, &name, experiment))?
+            && ours(experiment, service.meta()).as_deref() == Some(template.name.as_str())
+        {
+            services.insert(template.name.clone(), name);
         }
     }
     // Runs the status follows.
@@ -507,6 +511,24 @@ async fn act(
         }
     }
     for deadline in &plan.deadlines {
+        // A deadline already written (the watch cache may not show it yet) is never moved.
+        if deadline.at.is_some()
+            && rs_api
+                .get_opt(&deadline.replica_set)
+                .await
+                .map_err(read_error(
+                    "ReplicaSet",
+                    namespace,
+                    &deadline.replica_set,
+                    experiment,
+                ))?
+                .is_some_and(|rs| {
+                    rs.annotations()
+                        .contains_key(build::SCALE_DOWN_DEADLINE_ANNOTATION)
+                })
+        {
+            continue;
+        }
         let patch = json!({"metadata": {"annotations": {build::SCALE_DOWN_DEADLINE_ANNOTATION: deadline.at}}});
         match rs_api
             .patch(
