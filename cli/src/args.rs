@@ -48,10 +48,11 @@ pub enum ObjectFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Show a rollout as a tree of revisions, ReplicaSets, pods and AnalysisRuns.
+    /// Show a rollout or an experiment as a tree of ReplicaSets, pods, Experiments and
+    /// AnalysisRuns.
     #[command(subcommand)]
     Get(verbs::get::Kind),
-    /// List rollouts.
+    /// List rollouts or experiments.
     #[command(subcommand)]
     List(verbs::list::Kind),
     /// Show a rollout's health; by default watch it until it is Healthy or Degraded.
@@ -77,7 +78,7 @@ pub enum Command {
     /// Create an AnalysisRun from an AnalysisTemplate or a ClusterAnalysisTemplate.
     #[command(subcommand)]
     Create(verbs::create::Kind),
-    /// Terminate a running AnalysisRun.
+    /// Terminate a running AnalysisRun or Experiment.
     #[command(subcommand)]
     Terminate(verbs::terminate::Kind),
     /// Serve a web dashboard of the rollouts (live, with charts and actions) on loopback.

@@ -24,6 +24,7 @@ use rollouts_controller::decode::{Decoded, Undecodable};
 use rollouts_crds::analysis::{
     AnalysisRun, AnalysisTemplate, AnalysisTemplateSpec, ClusterAnalysisTemplate,
 };
+use rollouts_crds::experiment::Experiment;
 use rollouts_crds::rollout::Rollout;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -61,6 +62,7 @@ pub enum Watched {
     ReplicaSet,
     Pod,
     AnalysisRun,
+    Experiment,
 }
 
 impl Watched {
@@ -71,6 +73,7 @@ impl Watched {
             Watched::ReplicaSet => "ReplicaSet",
             Watched::Pod => "Pod",
             Watched::AnalysisRun => "AnalysisRun",
+            Watched::Experiment => "Experiment",
         }
     }
 
@@ -81,15 +84,17 @@ impl Watched {
             Watched::ReplicaSet => check::<ReplicaSet>(text),
             Watched::Pod => check::<Pod>(text),
             Watched::AnalysisRun => check::<AnalysisRun>(text),
+            Watched::Experiment => check::<Experiment>(text),
         }
     }
 
-    fn resource(self) -> ApiResource {
+    pub fn resource(self) -> ApiResource {
         let (group, version, kind, plural) = match self {
             Watched::Rollout => ("argoproj.io", "v1alpha1", "Rollout", "rollouts"),
             Watched::ReplicaSet => ("apps", "v1", "ReplicaSet", "replicasets"),
             Watched::Pod => ("", "v1", "Pod", "pods"),
             Watched::AnalysisRun => ("argoproj.io", "v1alpha1", "AnalysisRun", "analysisruns"),
+            Watched::Experiment => ("argoproj.io", "v1alpha1", "Experiment", "experiments"),
         };
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
     }
@@ -124,6 +129,7 @@ fn check_target(kind: TargetKind, name: &str, text: &str) -> Result<Value> {
         TargetKind::AnalysisRun => check::<AnalysisRun>(text)?,
         TargetKind::AnalysisTemplate => check::<AnalysisTemplate>(text)?,
         TargetKind::ClusterAnalysisTemplate => check::<ClusterAnalysisTemplate>(text)?,
+        TargetKind::Experiment => check::<Experiment>(text)?,
     };
     match checked {
         Checked::Fits(value) => Ok(value),
@@ -484,6 +490,18 @@ impl Cluster {
     /// Objects of `selection.kind`: those that decode as JSON, the others named with their
     /// decode error. `about` names the Rollout the listing is for, for error messages.
     pub async fn list_json(&self, selection: &Selection, about: &str) -> Result<Listing> {
+        self.list_json_for(selection, TargetKind::Rollout, about)
+            .await
+    }
+
+    /// [`Cluster::list_json`] for an object of `kind` called `about` (`*` for none): errors
+    /// name it.
+    pub async fn list_json_for(
+        &self,
+        selection: &Selection,
+        kind: TargetKind,
+        about: &str,
+    ) -> Result<Listing> {
         let mut params = ListParams::default();
         if let Some(labels) = &selection.labels {
             params = params.labels(labels);
@@ -505,10 +523,10 @@ impl Cluster {
             .client
             .request_text(request)
             .await
-            .map_err(|e| self.error(e, "listing objects for", TargetKind::Rollout, about))?;
+            .map_err(|e| self.error(e, "listing objects for", kind, about))?;
         let list: RawList = serde_json::from_str(&text).map_err(|e| Error::Client {
             action: "listing objects for",
-            kind: TargetKind::Rollout,
+            kind,
             name: about.to_string(),
             source: Box::new(kube::Error::SerdeError(e)),
         })?;
@@ -527,7 +545,11 @@ impl Cluster {
 
     /// One Rollout as JSON; one that does not decode is an error naming the field.
     pub async fn rollout_json(&self, name: &str) -> Result<Value> {
-        let kind = TargetKind::Rollout;
+        self.object_json(TargetKind::Rollout, name).await
+    }
+
+    /// One object of `kind` as JSON; one that does not decode is an error naming the field.
+    pub async fn object_json(&self, kind: TargetKind, name: &str) -> Result<Value> {
         let request = Request::new(kind.collection_path(&self.namespace))
             .get(name, &Default::default())
             .map_err(|e| {
@@ -566,6 +588,9 @@ impl Cluster {
                 Watched::Pod => ticks(self.api::<Pod>(selection.all_namespaces), config),
                 Watched::AnalysisRun => {
                     ticks(self.api::<AnalysisRun>(selection.all_namespaces), config)
+                }
+                Watched::Experiment => {
+                    ticks(self.api::<Experiment>(selection.all_namespaces), config)
                 }
             }
         });

@@ -31,6 +31,7 @@ pub enum TargetKind {
     AnalysisRun,
     AnalysisTemplate,
     ClusterAnalysisTemplate,
+    Experiment,
 }
 
 impl TargetKind {
@@ -42,6 +43,7 @@ impl TargetKind {
             TargetKind::AnalysisRun => "analysisruns.argoproj.io",
             TargetKind::AnalysisTemplate => "analysistemplates.argoproj.io",
             TargetKind::ClusterAnalysisTemplate => "clusteranalysistemplates.argoproj.io",
+            TargetKind::Experiment => "experiments.argoproj.io",
         }
     }
 
@@ -60,6 +62,9 @@ impl TargetKind {
             }
             TargetKind::ClusterAnalysisTemplate => {
                 "/apis/argoproj.io/v1alpha1/clusteranalysistemplates".to_string()
+            }
+            TargetKind::Experiment => {
+                format!("/apis/argoproj.io/v1alpha1/namespaces/{namespace}/experiments")
             }
         }
     }

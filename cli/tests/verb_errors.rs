@@ -51,6 +51,18 @@ const VERBS: &[(&[&str], &str)] = &[
         "analysisruns.argoproj.io \"nope\"",
     ),
     (
+        &["get", "experiment", "nope"],
+        "experiments.argoproj.io \"nope\"",
+    ),
+    (
+        &["get", "experiment", "nope", "--watch"],
+        "experiments.argoproj.io \"nope\"",
+    ),
+    (
+        &["terminate", "experiment", "nope"],
+        "experiments.argoproj.io \"nope\"",
+    ),
+    (
         &["create", "analysisrun", "--from", "nope"],
         "analysistemplates.argoproj.io \"nope\"",
     ),
@@ -60,8 +72,12 @@ const VERBS: &[(&[&str], &str)] = &[
     ),
 ];
 
-/// The verbs that list rather than name one object: their errors name the resource.
-const LISTINGS: &[&[&str]] = &[&["list", "rollouts"], &["list", "rollouts", "--watch"]];
+/// The verbs that list rather than name one object, and the resource their errors name.
+const LISTINGS: &[(&[&str], &str)] = &[
+    (&["list", "rollouts"], "rollouts.argoproj.io"),
+    (&["list", "rollouts", "--watch"], "rollouts.argoproj.io"),
+    (&["list", "experiments"], "experiments.argoproj.io"),
+];
 
 /// A kubeconfig for `server` in its own temporary directory, removed when dropped.
 struct Kubeconfig {
@@ -199,11 +215,12 @@ fn a_forbidden_request_names_the_object() {
             "{args:?}"
         );
     }
-    for args in LISTINGS {
+    for (args, resource) in LISTINGS {
         let (stderr, success) = plugin(&config.path(), args);
         assert!(!success, "{args:?} succeeded when forbidden");
         assert_eq!(
-            stderr, "Error from server (Forbidden): rollouts.argoproj.io is forbidden\n",
+            stderr,
+            format!("Error from server (Forbidden): {resource} is forbidden\n"),
             "{args:?}"
         );
     }
@@ -216,8 +233,7 @@ fn no_server_reachable_says_where_and_for_what() {
         .expect("a free loopback port")
         .port();
     let config = Kubeconfig::new("unreachable", &format!("http://127.0.0.1:{port}"));
-    let listings = LISTINGS.iter().map(|args| (*args, "rollouts.argoproj.io"));
-    for (args, object) in VERBS.iter().copied().chain(listings) {
+    for (args, object) in VERBS.iter().chain(LISTINGS).copied() {
         let (stderr, success) = plugin(&config.path(), args);
         assert!(!success, "{args:?} succeeded with no server");
         let expected = format!("Unable to connect to the server http://127.0.0.1:{port}/ (");

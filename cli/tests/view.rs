@@ -1,12 +1,15 @@
-//! The pure views on fixtures: the `get rollout` tree and the `list rollouts` table of
-//! `tests/fixtures/get/*.json`, compared with the `.expected` files next to them. Set
+//! The pure views on fixtures: the `get rollout` and `get experiment` trees and the
+//! `list rollouts` and `list experiments` tables of `tests/fixtures/get/*.json`, compared with
+//! the `.expected` files next to them. Set
 //! `UPDATE_EXPECTED=1` to rewrite those after an intended change (then read the diff).
 
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::jiff::Timestamp;
-use kubectl_rollouts::view::tree::{Observed, age, judge_summary, rollout_tree};
-use kubectl_rollouts::view::{list_row, list_table};
+use kubectl_rollouts::view::tree::{
+    Observed, ObservedExperiment, age, experiment_tree, judge_summary, rollout_tree,
+};
+use kubectl_rollouts::view::{experiment_row, experiment_table, list_row, list_table};
 use serde_json::{Value, json};
 
 fn fixture_dir() -> PathBuf {
@@ -33,10 +36,11 @@ fn list(fixture: &Value, key: &str) -> Vec<Value> {
 }
 
 fn tree_of(fixture: &Value, colour: bool) -> Vec<String> {
-    let (replica_sets, pods, runs) = (
+    let (replica_sets, pods, runs, experiments) = (
         list(fixture, "replicaSets"),
         list(fixture, "pods"),
         list(fixture, "analysisRuns"),
+        list(fixture, "experiments"),
     );
     let now: Timestamp = fixture["now"].as_str().unwrap().parse().unwrap();
     rollout_tree(
@@ -45,10 +49,96 @@ fn tree_of(fixture: &Value, colour: bool) -> Vec<String> {
             replica_sets: &replica_sets,
             pods: &pods,
             analysis_runs: &runs,
+            experiments: &experiments,
         },
         now,
         colour,
     )
+}
+
+fn now_of(fixture: &Value) -> Timestamp {
+    fixture["now"].as_str().unwrap().parse().unwrap()
+}
+
+#[test]
+fn an_experiment_step_is_drawn_under_its_revision_with_its_sets_pods_and_runs() {
+    let fixture = load("canary-experiment");
+    let lines = tree_of(&fixture, false);
+    assert_expected("canary-experiment.expected", &(lines.join("\n") + "\n"));
+    // Another Rollout's Experiment never shows up, nor do the experiment's ReplicaSets at the
+    // Rollout's level (they are not the Rollout's).
+    assert!(!lines.iter().any(|l| l.contains("api-ccc")));
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("web-bbb-2-0-canary "))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn get_experiment_draws_its_images_sets_pods_and_runs() {
+    let fixture = load("canary-experiment");
+    let (replica_sets, pods, runs) = (
+        list(&fixture, "replicaSets"),
+        list(&fixture, "pods"),
+        list(&fixture, "analysisRuns"),
+    );
+    let lines = experiment_tree(
+        ObservedExperiment {
+            experiment: &fixture["experiments"][0],
+            replica_sets: &replica_sets,
+            pods: &pods,
+            analysis_runs: &runs,
+        },
+        now_of(&fixture),
+        false,
+    );
+    assert_expected("experiment.expected", &(lines.join("\n") + "\n"));
+    // The Rollout's own ReplicaSets are not the experiment's.
+    assert!(!lines.iter().any(|l| l.contains("web-aaa ")));
+}
+
+#[test]
+fn list_experiments_shows_status_duration_remaining_and_age() {
+    let fixture = load("canary-experiment");
+    let now = now_of(&fixture);
+    let running = fixture["experiments"][0].clone();
+    let mut done = running.clone();
+    done["metadata"]["name"] = json!("web-aaa-1-0");
+    done["metadata"]["creationTimestamp"] = json!("2026-02-27T12:00:00Z");
+    done["status"]["phase"] = json!("Successful");
+    let mut open_ended = running.clone();
+    open_ended["metadata"]["name"] = json!("soak");
+    open_ended["metadata"]["namespace"] = json!("edge");
+    open_ended["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("duration");
+    let mut fresh = running.clone();
+    fresh["metadata"]["name"] = json!("fresh");
+    fresh["metadata"]["creationTimestamp"] = json!("2026-03-01T12:09:50Z");
+    fresh.as_object_mut().expect("object").remove("status");
+    let rows: Vec<_> = [&running, &done, &open_ended, &fresh]
+        .iter()
+        .map(|e| experiment_row(e, now))
+        .collect();
+    assert_eq!(rows[0].remaining, "6m", "10m from 12:06, at 12:10");
+    assert_eq!(
+        rows[1].remaining, "-",
+        "a finished experiment has none left"
+    );
+    assert_eq!(rows[2].duration, "-");
+    assert_eq!(rows[3].status, "");
+    assert_expected(
+        "experiments-list.expected",
+        &(experiment_table(&rows, false).join("\n") + "\n"),
+    );
+    assert_expected(
+        "experiments-list-all.expected",
+        &(experiment_table(&rows, true).join("\n") + "\n"),
+    );
 }
 
 #[test]

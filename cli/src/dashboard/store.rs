@@ -1,5 +1,5 @@
-//! What the dashboard knows of the cluster: the Rollouts, ReplicaSets, pods and AnalysisRuns in
-//! its scope, kept current by one watch per kind, and a broadcast of every change for the pages'
+//! What the dashboard knows of the cluster: the Rollouts, ReplicaSets, pods, AnalysisRuns and
+//! Experiments in its scope, kept current by one watch per kind, and a broadcast of every change for the pages'
 //! live streams.
 
 use std::collections::BTreeMap;
@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -19,11 +18,12 @@ use crate::cluster::{BadObject, Watched};
 use crate::view::tree::owned_by;
 
 /// The kinds the dashboard watches.
-pub const KINDS: [Watched; 4] = [
+pub const KINDS: [Watched; 5] = [
     Watched::Rollout,
     Watched::ReplicaSet,
     Watched::Pod,
     Watched::AnalysisRun,
+    Watched::Experiment,
 ];
 
 /// Which namespaces the dashboard shows.
@@ -48,6 +48,7 @@ struct Objects {
     replica_sets: BTreeMap<Key, Value>,
     pods: BTreeMap<Key, Value>,
     analysis_runs: BTreeMap<Key, Value>,
+    experiments: BTreeMap<Key, Value>,
     /// The last watch failure of each kind, cleared when its watch works again.
     watch_errors: BTreeMap<&'static str, String>,
     /// Objects that do not decode, by kind and key: what is wrong with each.
@@ -61,17 +62,20 @@ impl Objects {
             Watched::ReplicaSet => &mut self.replica_sets,
             Watched::Pod => &mut self.pods,
             Watched::AnalysisRun => &mut self.analysis_runs,
+            Watched::Experiment => &mut self.experiments,
         }
     }
 }
 
-/// A Rollout and the objects it owns, as the pages draw them.
+/// A Rollout and the objects it owns, as the pages draw them: its ReplicaSets and AnalysisRuns
+/// and its Experiments', the pods of all those ReplicaSets, and its Experiments.
 #[derive(Clone, Debug, Default)]
 pub struct RolloutObjects {
     pub rollout: Value,
     pub replica_sets: Vec<Value>,
     pub pods: Vec<Value>,
     pub analysis_runs: Vec<Value>,
+    pub experiments: Vec<Value>,
 }
 
 impl RolloutObjects {
@@ -81,6 +85,7 @@ impl RolloutObjects {
             .chain(&self.replica_sets)
             .chain(&self.pods)
             .chain(&self.analysis_runs)
+            .chain(&self.experiments)
             .map(|object| {
                 let text = |p: &str| {
                     object
@@ -116,16 +121,6 @@ fn key_of(object: &Value) -> Key {
             .to_string()
     };
     (text("/metadata/namespace"), text("/metadata/name"))
-}
-
-fn resource(kind: Watched) -> ApiResource {
-    let (group, version, kind_name, plural) = match kind {
-        Watched::Rollout => ("argoproj.io", "v1alpha1", "Rollout", "rollouts"),
-        Watched::ReplicaSet => ("apps", "v1", "ReplicaSet", "replicasets"),
-        Watched::Pod => ("", "v1", "Pod", "pods"),
-        Watched::AnalysisRun => ("argoproj.io", "v1alpha1", "AnalysisRun", "analysisruns"),
-    };
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind_name), plural)
 }
 
 /// The object as JSON without its managedFields (large, and never drawn).
@@ -276,7 +271,8 @@ impl Store {
         }
     }
 
-    /// One Rollout and what it owns: its ReplicaSets, their pods, its AnalysisRuns.
+    /// One Rollout and what it owns: its ReplicaSets, AnalysisRuns and Experiments, and what
+    /// its Experiments own; the pods of all those ReplicaSets.
     pub fn rollout_objects(&self, namespace: &str, name: &str) -> Option<RolloutObjects> {
         let all = self.read();
         let rollout = all
@@ -289,9 +285,16 @@ impl Store {
                 .map(|(_, object)| object.clone())
                 .collect()
         };
+        let experiments: Vec<Value> = in_namespace(&all.experiments)
+            .into_iter()
+            .filter(|experiment| owned_by(experiment, &rollout))
+            .collect();
+        let mine = |object: &Value| {
+            owned_by(object, &rollout) || experiments.iter().any(|e| owned_by(object, e))
+        };
         let replica_sets: Vec<Value> = in_namespace(&all.replica_sets)
             .into_iter()
-            .filter(|rs| owned_by(rs, &rollout))
+            .filter(|rs| mine(rs))
             .collect();
         let pods = in_namespace(&all.pods)
             .into_iter()
@@ -299,13 +302,14 @@ impl Store {
             .collect();
         let analysis_runs = in_namespace(&all.analysis_runs)
             .into_iter()
-            .filter(|run| owned_by(run, &rollout))
+            .filter(|run| mine(run))
             .collect();
         Some(RolloutObjects {
             rollout,
             replica_sets,
             pods,
             analysis_runs,
+            experiments,
         })
     }
 
@@ -315,8 +319,8 @@ impl Store {
         let watches = KINDS.map(|kind| {
             let store = Arc::clone(&self);
             let api: Api<Decoded<DynamicObject>> = match &scope {
-                Scope::All => Api::all_with(client.clone(), &resource(kind)),
-                Scope::Namespace(ns) => Api::namespaced_with(client.clone(), ns, &resource(kind)),
+                Scope::All => Api::all_with(client.clone(), &kind.resource()),
+                Scope::Namespace(ns) => Api::namespaced_with(client.clone(), ns, &kind.resource()),
             };
             async move { store.watch_kind(kind, api).await }
         });
@@ -412,8 +416,60 @@ mod tests {
         assert_eq!(web.replica_sets[0]["metadata"]["uid"], "s1");
         assert_eq!(web.pods.len(), 1);
         assert_eq!(web.analysis_runs.len(), 1);
+        assert!(web.experiments.is_empty());
         assert!(store.rollout_objects("a", "nope").is_none());
         assert_eq!(store.namespaces(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn a_rollout_gets_its_experiments_and_what_they_own() {
+        let store = Store::new();
+        store.apply(Watched::Rollout, object("a", "web", "r1", None));
+        store.replace(
+            Watched::Experiment,
+            vec![
+                object("a", "web-2-0", "e1", Some("r1")),
+                object("a", "api-1-0", "e2", Some("r2")),
+            ],
+        );
+        store.replace(
+            Watched::ReplicaSet,
+            vec![
+                object("a", "web-2-0-canary", "s1", Some("e1")),
+                object("a", "api-1-0-canary", "s2", Some("e2")),
+            ],
+        );
+        store.replace(
+            Watched::Pod,
+            vec![
+                object("a", "web-2-0-canary-x", "p1", Some("s1")),
+                object("a", "api-1-0-canary-x", "p2", Some("s2")),
+            ],
+        );
+        store.replace(
+            Watched::AnalysisRun,
+            vec![
+                object("a", "web-2-0-judge", "a1", Some("e1")),
+                object("a", "api-1-0-judge", "a2", Some("e2")),
+            ],
+        );
+        let web = store.rollout_objects("a", "web").expect("web in a");
+        let names = |objects: &[Value]| -> Vec<String> {
+            objects
+                .iter()
+                .map(|o| {
+                    o["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect()
+        };
+        assert_eq!(names(&web.experiments), ["web-2-0"]);
+        assert_eq!(names(&web.replica_sets), ["web-2-0-canary"]);
+        assert_eq!(names(&web.pods), ["web-2-0-canary-x"]);
+        assert_eq!(names(&web.analysis_runs), ["web-2-0-judge"]);
+        assert_eq!(web.versions().len(), 5, "every object drawn counts");
     }
 
     #[test]

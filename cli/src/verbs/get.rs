@@ -1,5 +1,7 @@
 //! `get rollout NAME [--watch]`: the Rollout's summary and its tree of revisions, ReplicaSets,
-//! pods and AnalysisRuns; with `--watch`, redrawn in place whenever one of them changes.
+//! pods, Experiments and AnalysisRuns; `get experiment NAME [--watch]`: the Experiment's summary
+//! and its ReplicaSets, pods and AnalysisRuns. With `--watch`, redrawn in place whenever one of
+//! the objects drawn changes.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -12,19 +14,23 @@ use serde_json::Value;
 
 use crate::cluster::{BadObject, Cluster, Listing, Selection, Watched};
 use crate::error::{Error, Result};
-use crate::view::tree::{Observed, owned_by, rollout_tree};
+use crate::patch::TargetKind;
+use crate::view::tree::{Observed, ObservedExperiment, experiment_tree, owned_by, rollout_tree};
 
-/// `get rollout`.
+/// `get rollout`, `get experiment`.
 #[derive(Debug, clap::Subcommand)]
 pub enum Kind {
-    /// Show a rollout, its revisions, ReplicaSets, pods and AnalysisRuns.
+    /// Show a rollout, its revisions, ReplicaSets, pods, Experiments and AnalysisRuns.
     #[command(visible_aliases = ["rollouts", "ro"])]
     Rollout(Args),
+    /// Show an experiment, its ReplicaSets, pods and AnalysisRuns.
+    #[command(visible_aliases = ["experiments", "exp"])]
+    Experiment(Args),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Name of the rollout.
+    /// Name of the object.
     pub name: String,
     /// Keep watching and redraw on every change (Ctrl-C to stop).
     #[arg(short = 'w', long)]
@@ -45,11 +51,19 @@ const CLEAR_TO_END: &str = "\x1b[J";
 const HIDE_CURSOR: &str = "\x1b[?25l";
 const SHOW_CURSOR: &str = "\x1b[?25h";
 
-/// What `get` lists and watches: the Rollout itself and, by its selector when it has one,
-/// its ReplicaSets and pods; AnalysisRuns by ownership only (their labels vary).
-fn selections(name: &str, rollout: &Value) -> Vec<Selection> {
-    let labels = rollout
-        .pointer("/spec/selector/matchLabels")
+/// A label selector (`key=value,...`) from a selector's matchLabels; None when it has none, or
+/// when it also has matchExpressions (then everything is listed and ownership decides).
+fn match_labels(selector: Option<&Value>) -> Option<String> {
+    let selector = selector?;
+    if selector
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .is_some_and(|expressions| !expressions.is_empty())
+    {
+        return None;
+    }
+    selector
+        .get("matchLabels")
         .and_then(Value::as_object)
         .filter(|labels| !labels.is_empty())
         .map(|labels| {
@@ -58,7 +72,14 @@ fn selections(name: &str, rollout: &Value) -> Vec<Selection> {
                 .map(|(key, value)| format!("{key}={}", value.as_str().unwrap_or_default()))
                 .collect::<Vec<_>>()
                 .join(",")
-        });
+        })
+}
+
+/// What `get rollout` lists and watches: the Rollout itself and, by its selector when it has
+/// one, its ReplicaSets and pods (an experiment step's ReplicaSets carry the same labels);
+/// AnalysisRuns and Experiments by ownership only (their labels vary).
+fn rollout_selections(name: &str, rollout: &Value) -> Vec<Selection> {
+    let labels = match_labels(rollout.pointer("/spec/selector"));
     let by_labels = |kind| Selection {
         labels: labels.clone(),
         ..Selection::all(kind)
@@ -68,23 +89,96 @@ fn selections(name: &str, rollout: &Value) -> Vec<Selection> {
         by_labels(Watched::ReplicaSet),
         by_labels(Watched::Pod),
         Selection::all(Watched::AnalysisRun),
+        Selection::all(Watched::Experiment),
     ]
 }
 
-/// Lists one kind; a kind the server does not serve (the AnalysisRun CRD not installed) is
-/// simply empty.
-async fn list_or_empty(cluster: &Cluster, selection: &Selection, name: &str) -> Result<Listing> {
-    match cluster.list_json(selection, name).await {
+/// What `get experiment` lists and watches: the Experiment, the ReplicaSets and pods of each
+/// template's selector (everything when a template's selector is not plain labels), and
+/// AnalysisRuns by ownership.
+fn experiment_selections(name: &str, experiment: &Value) -> Vec<Selection> {
+    let templates = experiment
+        .pointer("/spec/templates")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let selectors: Option<Vec<String>> = templates
+        .iter()
+        .map(|template| match_labels(template.get("selector")))
+        .collect();
+    let mut selections = vec![Selection::named(Watched::Experiment, name)];
+    for kind in [Watched::ReplicaSet, Watched::Pod] {
+        match &selectors {
+            Some(selectors) if !selectors.is_empty() => {
+                let mut distinct = selectors.clone();
+                distinct.sort();
+                distinct.dedup();
+                selections.extend(distinct.into_iter().map(|labels| Selection {
+                    labels: Some(labels),
+                    ..Selection::all(kind)
+                }));
+            }
+            _ => selections.push(Selection::all(kind)),
+        }
+    }
+    selections.push(Selection::all(Watched::AnalysisRun));
+    selections
+}
+
+/// Lists one kind; a kind the server does not serve (a CRD not installed) is simply empty.
+async fn list_or_empty(
+    cluster: &Cluster,
+    selection: &Selection,
+    target: Target,
+    name: &str,
+) -> Result<Listing> {
+    let kind = match target {
+        Target::Rollout => TargetKind::Rollout,
+        Target::Experiment => TargetKind::Experiment,
+    };
+    match cluster.list_json_for(selection, kind, name).await {
         Err(Error::Api { status, .. }) if status.code == 404 => Ok(Listing::default()),
         other => other,
     }
 }
 
-/// One line per object of the Rollout's that does not decode (ReplicaSets and pods by its
-/// selector, AnalysisRuns it owns), after the tree.
-fn undecodable_lines(rollout: &Value, listings: [&Listing; 3]) -> Vec<String> {
+/// Every object of `kind` the selections find, each once; one that does not decode is named.
+async fn list_kind(
+    cluster: &Cluster,
+    selections: &[Selection],
+    kind: Watched,
+    target: Target,
+    name: &str,
+) -> Result<Listing> {
+    let mut merged = Listing::default();
+    let mut seen = std::collections::BTreeSet::new();
+    for selection in selections.iter().filter(|s| s.kind == kind) {
+        let listing = list_or_empty(cluster, selection, target, name).await?;
+        for item in listing.items {
+            let uid = item
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            if seen.insert(uid) {
+                merged.items.push(item);
+            }
+        }
+        for bad in listing.undecodable {
+            if seen.insert(format!("{}/{}", bad.kind.kind(), bad.name())) {
+                merged.undecodable.push(bad);
+            }
+        }
+    }
+    Ok(merged)
+}
+
+/// One line per object of the drawn one's that does not decode (ReplicaSets and pods by its
+/// selector, AnalysisRuns and Experiments it owns), after the tree.
+fn undecodable_lines(owner: &Value, listings: &[&Listing]) -> Vec<String> {
     let mine = |bad: &&BadObject| {
-        bad.kind != Watched::AnalysisRun || owned_by(&bad.metadata_json(), rollout)
+        !matches!(bad.kind, Watched::AnalysisRun | Watched::Experiment)
+            || owned_by(&bad.metadata_json(), owner)
     };
     let lines: Vec<String> = listings
         .iter()
@@ -97,20 +191,103 @@ fn undecodable_lines(rollout: &Value, listings: [&Listing; 3]) -> Vec<String> {
     std::iter::once(String::new()).chain(lines).collect()
 }
 
-/// The picture of the Rollout now, one string per line, and what to watch for changes.
+/// What `get` draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Rollout,
+    Experiment,
+}
+
+/// The picture of the object now, one string per line, and what to watch for changes.
 async fn picture(
+    cluster: &Cluster,
+    target: Target,
+    name: &str,
+    colour: bool,
+) -> Result<(Vec<String>, Vec<Selection>)> {
+    match target {
+        Target::Rollout => rollout_picture(cluster, name, colour).await,
+        Target::Experiment => experiment_picture(cluster, name, colour).await,
+    }
+}
+
+async fn rollout_picture(
     cluster: &Cluster,
     name: &str,
     colour: bool,
 ) -> Result<(Vec<String>, Vec<Selection>)> {
     let rollout = cluster.rollout_json(name).await?;
-    let selections = selections(name, &rollout);
-    let replica_sets = list_or_empty(cluster, &selections[1], name).await?;
-    let pods = list_or_empty(cluster, &selections[2], name).await?;
-    let analysis_runs = list_or_empty(cluster, &selections[3], name).await?;
+    let selections = rollout_selections(name, &rollout);
+    let replica_sets = list_kind(
+        cluster,
+        &selections,
+        Watched::ReplicaSet,
+        Target::Rollout,
+        name,
+    )
+    .await?;
+    let pods = list_kind(cluster, &selections, Watched::Pod, Target::Rollout, name).await?;
+    let analysis_runs = list_kind(
+        cluster,
+        &selections,
+        Watched::AnalysisRun,
+        Target::Rollout,
+        name,
+    )
+    .await?;
+    let experiments = list_kind(
+        cluster,
+        &selections,
+        Watched::Experiment,
+        Target::Rollout,
+        name,
+    )
+    .await?;
     let mut lines = rollout_tree(
         Observed {
             rollout: &rollout,
+            replica_sets: &replica_sets.items,
+            pods: &pods.items,
+            analysis_runs: &analysis_runs.items,
+            experiments: &experiments.items,
+        },
+        Timestamp::now(),
+        colour,
+    );
+    lines.extend(undecodable_lines(
+        &rollout,
+        &[&replica_sets, &pods, &analysis_runs, &experiments],
+    ));
+    Ok((lines, selections))
+}
+
+async fn experiment_picture(
+    cluster: &Cluster,
+    name: &str,
+    colour: bool,
+) -> Result<(Vec<String>, Vec<Selection>)> {
+    let experiment = cluster.object_json(TargetKind::Experiment, name).await?;
+    let selections = experiment_selections(name, &experiment);
+    let replica_sets = list_kind(
+        cluster,
+        &selections,
+        Watched::ReplicaSet,
+        Target::Experiment,
+        name,
+    )
+    .await?;
+    let pods = list_kind(cluster, &selections, Watched::Pod, Target::Experiment, name).await?;
+    let analysis_runs = list_kind(
+        cluster,
+        &selections,
+        Watched::AnalysisRun,
+        Target::Experiment,
+        name,
+    )
+    .await?;
+    let mut lines = experiment_tree(
+        ObservedExperiment {
+            experiment: &experiment,
             replica_sets: &replica_sets.items,
             pods: &pods.items,
             analysis_runs: &analysis_runs.items,
@@ -119,8 +296,8 @@ async fn picture(
         colour,
     );
     lines.extend(undecodable_lines(
-        &rollout,
-        [&replica_sets, &pods, &analysis_runs],
+        &experiment,
+        &[&replica_sets, &pods, &analysis_runs],
     ));
     Ok((lines, selections))
 }
@@ -145,16 +322,19 @@ pub fn frame(lines: &[String]) -> String {
 }
 
 pub async fn run(cluster: &Cluster, kind: &Kind) -> Result<()> {
-    let Kind::Rollout(args) = kind;
+    let (target, args) = match kind {
+        Kind::Rollout(args) => (Target::Rollout, args),
+        Kind::Experiment(args) => (Target::Experiment, args),
+    };
     let colour = !args.no_color && std::io::stdout().is_terminal();
     if !args.watch {
-        let (lines, _) = picture(cluster, &args.name, colour).await?;
+        let (lines, _) = picture(cluster, target, &args.name, colour).await?;
         return write_out(&(lines.join("\n") + "\n"));
     }
-    // The first picture also proves the Rollout exists before the screen is taken over.
-    let (mut shown, selections) = picture(cluster, &args.name, colour).await?;
+    // The first picture also proves the object exists before the screen is taken over.
+    let (mut shown, selections) = picture(cluster, target, &args.name, colour).await?;
     write_out(&format!("{HIDE_CURSOR}{}", frame(&shown)))?;
-    let result = watch(cluster, &args.name, colour, &selections, &mut shown).await;
+    let result = watch(cluster, target, &args.name, colour, &selections, &mut shown).await;
     write_out(SHOW_CURSOR)?;
     result
 }
@@ -162,6 +342,7 @@ pub async fn run(cluster: &Cluster, kind: &Kind) -> Result<()> {
 /// Redraws on changes until Ctrl-C.
 async fn watch(
     cluster: &Cluster,
+    target: Target,
     name: &str,
     colour: bool,
     selections: &[Selection],
@@ -186,7 +367,7 @@ async fn watch(
         }
         // Changes that came in while waiting are covered by this redraw.
         while let Some(Some(())) = changes.next().now_or_never() {}
-        let (lines, _) = picture(cluster, name, colour).await?;
+        let (lines, _) = picture(cluster, target, name, colour).await?;
         last_draw = Instant::now();
         if lines != *shown {
             write_out(&frame(&lines))?;

@@ -81,6 +81,7 @@ pub(crate) fn kind_word(target: TargetKind) -> &'static str {
         TargetKind::AnalysisRun => "analysisrun",
         TargetKind::AnalysisTemplate => "analysistemplate",
         TargetKind::ClusterAnalysisTemplate => "clusteranalysistemplate",
+        TargetKind::Experiment => "experiment",
     }
 }
 

@@ -1,6 +1,8 @@
-//! `terminate analysisrun NAME...`: stop a running AnalysisRun.
+//! `terminate analysisrun NAME...`, `terminate experiment NAME...`: stop a running AnalysisRun
+//! or Experiment.
 //!
-//! Sends the merge patch `{"spec":{"terminate":true}}` to the AnalysisRun's main resource.
+//! Sends the merge patch `{"spec":{"terminate":true}}` to the object's main resource, as Argo's
+//! plugin does.
 
 use serde_json::json;
 
@@ -16,22 +18,25 @@ pub enum Kind {
     /// Terminate an AnalysisRun.
     #[command(name = "analysisrun", visible_aliases = ["ar", "analysisruns"])]
     AnalysisRun(Args),
+    /// Terminate an Experiment: its ReplicaSets are scaled down and its analyses stopped.
+    #[command(name = "experiment", visible_aliases = ["exp", "experiments"])]
+    Experiment(Args),
 }
 
-/// `terminate analysisrun` arguments.
+/// `terminate analysisrun|experiment` arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Names of the AnalysisRuns.
+    /// Names of the objects.
     #[arg(required = true)]
     pub names: Vec<String>,
     #[command(flatten)]
     pub output: OutputFlag,
 }
 
-/// The patch that terminates AnalysisRun `name`.
-pub fn terminate_patch(name: &str) -> PatchRequest {
+/// The patch that terminates the AnalysisRun or Experiment (`target`) called `name`.
+pub fn terminate_patch(target: TargetKind, name: &str) -> PatchRequest {
     PatchRequest {
-        target: TargetKind::AnalysisRun,
+        target,
         name: name.to_string(),
         subresource: None,
         patch_type: PatchType::Merge,
@@ -39,13 +44,18 @@ pub fn terminate_patch(name: &str) -> PatchRequest {
     }
 }
 
-/// Terminates each AnalysisRun in turn, stopping at the first failure.
+/// Terminates each object in turn, stopping at the first failure.
 pub async fn run(cluster: &Cluster, kind: &Kind) -> Result<()> {
-    let Kind::AnalysisRun(args) = kind;
+    // Argo's plugin says `analysisRun '...' terminated`; for an experiment it says "retried",
+    // which is a slip: this says what was done.
+    let (target, word, args) = match kind {
+        Kind::AnalysisRun(args) => (TargetKind::AnalysisRun, "analysisRun", args),
+        Kind::Experiment(args) => (TargetKind::Experiment, "experiment", args),
+    };
     for name in &args.names {
-        let object = cluster.apply(&terminate_patch(name)).await?;
+        let object = cluster.apply(&terminate_patch(target, name)).await?;
         report(
-            &format!("analysisRun '{name}' terminated"),
+            &format!("{word} '{name}' terminated"),
             &object,
             args.output.output,
         )?;
@@ -60,8 +70,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn terminate_sets_spec_terminate_on_the_experiment() {
+        let patch = terminate_patch(TargetKind::Experiment, "web-abc-2-0");
+        assert_eq!(patch.target, TargetKind::Experiment);
+        assert_eq!(patch.name, "web-abc-2-0");
+        assert_eq!(patch.subresource, None);
+        assert_eq!(patch.patch_type, PatchType::Merge);
+        assert_eq!(patch.body, json!({"spec": {"terminate": true}}));
+        assert_eq!(
+            patch.target.collection_path("shop"),
+            "/apis/argoproj.io/v1alpha1/namespaces/shop/experiments"
+        );
+    }
+
+    #[test]
     fn terminate_sets_spec_terminate_on_the_analysis_run() {
-        let patch = terminate_patch("web-abc-2-success-rate");
+        let patch = terminate_patch(TargetKind::AnalysisRun, "web-abc-2-success-rate");
         assert_eq!(patch.target, TargetKind::AnalysisRun);
         assert_eq!(patch.name, "web-abc-2-success-rate");
         assert_eq!(patch.subresource, None);

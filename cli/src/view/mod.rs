@@ -1,9 +1,11 @@
 //! What the read-only verbs show, as pure functions of objects (JSON) and the time: a Rollout's
-//! health, the `get rollout` tree and the `list rollouts` table.
+//! health, the `get rollout` and `get experiment` trees, and the `list rollouts` and
+//! `list experiments` tables.
 
 pub mod health;
 pub mod tree;
 
+use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use health::rollout_health;
@@ -99,7 +101,12 @@ pub fn list_table(rows: &[ListRow], all_namespaces: bool) -> Vec<String> {
             line.remove(0);
         }
     }
-    let columns = cells[0].len();
+    align_columns(&cells)
+}
+
+/// Cells padded to their column's widest, two spaces apart, trailing blanks trimmed.
+fn align_columns(cells: &[Vec<String>]) -> Vec<String> {
+    let columns = cells.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
             cells
@@ -120,4 +127,82 @@ pub fn list_table(rows: &[ListRow], all_namespaces: bool) -> Vec<String> {
             padded.join("  ").trim_end().to_string()
         })
         .collect()
+}
+
+/// One `list experiments` row, Argo's columns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExperimentRow {
+    pub namespace: String,
+    pub name: String,
+    /// The phase, empty before the controller wrote one (as Argo's plugin prints it).
+    pub status: String,
+    /// `spec.duration`, or `-` when it runs until its analyses end or it is terminated.
+    pub duration: String,
+    /// Time left of the duration while it runs and is available, else `-`.
+    pub remaining: String,
+    pub age: String,
+}
+
+/// The row `list experiments` prints for `experiment` (its JSON) at `now`.
+pub fn experiment_row(experiment: &Value, now: Timestamp) -> ExperimentRow {
+    let text = |pointer: &str| {
+        experiment
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let status = text("/status/phase");
+    let completed = matches!(status, "Successful" | "Failed" | "Error" | "Inconclusive");
+    let duration = experiment
+        .pointer("/spec/duration")
+        .and_then(Value::as_str)
+        .and_then(|d| rollouts_crds::duration::parse(d).ok());
+    let (mut shown_duration, mut remaining) = ("-".to_string(), "-".to_string());
+    if let Some(duration) = duration {
+        shown_duration = tree::human_duration(duration.as_secs() as i64);
+        let available_at = text("/status/availableAt").parse::<Timestamp>().ok();
+        if let Some(available_at) = available_at.filter(|_| !completed) {
+            let left = available_at.as_second() + duration.as_secs() as i64 - now.as_second();
+            if left > 0 {
+                remaining = tree::human_duration(left);
+            }
+        }
+    }
+    ExperimentRow {
+        namespace: text("/metadata/namespace").to_string(),
+        name: text("/metadata/name").to_string(),
+        status: status.to_string(),
+        duration: shown_duration,
+        remaining,
+        age: tree::age(Some(text("/metadata/creationTimestamp")), now),
+    }
+}
+
+/// The `list experiments` table, columns aligned, NAMESPACE first when `all_namespaces`.
+pub fn experiment_table(rows: &[ExperimentRow], all_namespaces: bool) -> Vec<String> {
+    let header = [
+        "NAMESPACE",
+        "NAME",
+        "STATUS",
+        "DURATION",
+        "REMAINING",
+        "AGE",
+    ];
+    let mut cells: Vec<Vec<String>> = vec![header.map(String::from).to_vec()];
+    for row in rows {
+        cells.push(vec![
+            row.namespace.clone(),
+            row.name.clone(),
+            row.status.clone(),
+            row.duration.clone(),
+            row.remaining.clone(),
+            row.age.clone(),
+        ]);
+    }
+    if !all_namespaces {
+        for line in &mut cells {
+            line.remove(0);
+        }
+    }
+    align_columns(&cells)
 }

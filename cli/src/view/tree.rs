@@ -1,5 +1,6 @@
 //! `get rollout`'s picture: the Rollout's summary, then a tree of revisions, their ReplicaSets,
-//! pods and AnalysisRuns. A pure function of the objects (as JSON) and the current time.
+//! pods, Experiments and AnalysisRuns; and `get experiment`'s: the Experiment's summary, then its
+//! ReplicaSets, pods and AnalysisRuns. Pure functions of the objects (as JSON) and the time.
 
 use std::collections::BTreeSet;
 
@@ -16,10 +17,15 @@ pub struct Observed<'a> {
     pub replica_sets: &'a [Value],
     pub pods: &'a [Value],
     pub analysis_runs: &'a [Value],
+    /// Experiments (the Rollout's are drawn under their revision); their ReplicaSets, pods and
+    /// AnalysisRuns are found in the slices above by ownership.
+    pub experiments: &'a [Value],
 }
 
 const REVISION_ANNOTATION: &str = "rollout.argoproj.io/revision";
 const HASH_LABEL: &str = "rollouts-pod-template-hash";
+/// The template of an Experiment a ReplicaSet runs, as Argo's experiment controller writes it.
+const TEMPLATE_NAME_ANNOTATION: &str = "experiment.argoproj.io/template-name";
 
 fn text<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
     value.pointer(pointer).and_then(Value::as_str)
@@ -71,7 +77,12 @@ pub fn age(created: Option<&str>, now: Timestamp) -> String {
     let Some(created) = created.and_then(|c| c.parse::<Timestamp>().ok()) else {
         return "<unknown>".to_string();
     };
-    let seconds = (now.as_second() - created.as_second()).max(0);
+    human_duration(now.as_second() - created.as_second())
+}
+
+/// A span of seconds as kubectl prints ages (negative spans are `0s`).
+pub fn human_duration(seconds: i64) -> String {
+    let seconds = seconds.max(0);
     let (minutes, hours, days) = (seconds / 60, seconds / 3600, seconds / 86_400);
     if seconds < 120 {
         format!("{seconds}s")
@@ -240,14 +251,19 @@ fn markers(rollout: &Value, hash: Option<&str>) -> Vec<&'static str> {
     markers
 }
 
-fn analysis_rows(run: &Value, now: Timestamp, colour: bool, prefix: &str, rows: &mut Vec<Row>) {
-    let phase = text(run, "/status/phase").unwrap_or("Pending");
-    // A pod that runs is fine; a run that runs is still making up its mind.
-    let run_icon = if phase == "Running" {
+/// The icon of an AnalysisRun's or an Experiment's phase: one that runs is still making up its
+/// mind (a pod that runs is fine).
+fn analysis_icon(phase: &str) -> &'static str {
+    if phase == "Running" {
         "◌"
     } else {
         status_icon(phase)
-    };
+    }
+}
+
+fn analysis_rows(run: &Value, now: Timestamp, colour: bool, prefix: &str, rows: &mut Vec<Row>) {
+    let phase = text(run, "/status/phase").unwrap_or("Pending");
+    let run_icon = analysis_icon(phase);
     let results = run
         .pointer("/status/metricResults")
         .and_then(Value::as_array)
@@ -395,9 +411,15 @@ pub fn rollout_tree(observed: Observed<'_>, now: Timestamp, colour: bool) -> Vec
         .iter()
         .filter(|run| owned_by(run, rollout))
         .collect();
+    let experiments: Vec<&Value> = observed
+        .experiments
+        .iter()
+        .filter(|experiment| owned_by(experiment, rollout))
+        .collect();
     let revisions: BTreeSet<i64> = owned_sets
         .iter()
         .chain(runs.iter())
+        .chain(experiments.iter())
         .filter_map(|object| revision(object))
         .collect();
     let revisions: Vec<i64> = revisions.into_iter().rev().collect();
@@ -414,45 +436,236 @@ pub fn rollout_tree(observed: Observed<'_>, now: Timestamp, colour: bool) -> Vec
             .iter()
             .filter(|rs| revision(rs) == Some(*rev))
             .collect();
+        // Oldest first within a revision, as Argo's plugin orders them.
+        let mut rev_experiments: Vec<&&Value> = experiments
+            .iter()
+            .filter(|experiment| revision(experiment) == Some(*rev))
+            .collect();
+        rev_experiments.sort_by_key(|experiment| {
+            (
+                text(experiment, "/metadata/creationTimestamp").unwrap_or_default(),
+                name(experiment),
+            )
+        });
         let mut rev_runs: Vec<&&Value> = runs
             .iter()
             .filter(|run| revision(run) == Some(*rev))
             .collect();
         rev_runs.sort_by_key(|run| name(run).to_string());
-        let children = sets.len() + rev_runs.len();
-        for (j, rs) in sets.iter().enumerate() {
-            let rs_prefix = connector(&rev_prefix, j + 1 == children);
-            let status = replica_set_status(rs);
-            rows.push(Row {
-                name: format!("{rs_prefix}⧉ {}", name(rs)),
-                kind: "ReplicaSet",
-                status: format!("{} {status}", paint(status_icon(status), colour)),
-                age: object_age(rs, now),
-                info: markers(rollout, label(rs, HASH_LABEL)).join(","),
-            });
-            let mut pods: Vec<&Value> = observed.pods.iter().filter(|p| owned_by(p, rs)).collect();
-            pods.sort_by_key(|pod| name(pod).to_string());
-            for (k, pod) in pods.iter().enumerate() {
-                let pod_prefix = connector(&rs_prefix, k + 1 == pods.len());
-                let (status, ready, restarts) = pod_status(pod);
-                let mut info = format!("ready:{ready}");
-                if restarts > 0 {
-                    info.push_str(&format!(",restarts:{restarts}"));
-                }
-                rows.push(Row {
-                    name: format!("{pod_prefix}□ {}", name(pod)),
-                    kind: "Pod",
-                    status: format!("{} {status}", paint(status_icon(&status), colour)),
-                    age: object_age(pod, now),
-                    info,
-                });
-            }
+        let children = sets.len() + rev_experiments.len() + rev_runs.len();
+        let mut child = 0;
+        let mut next_prefix = || {
+            child += 1;
+            connector(&rev_prefix, child == children)
+        };
+        for rs in &sets {
+            let info = markers(rollout, label(rs, HASH_LABEL)).join(",");
+            replica_set_rows(
+                rs,
+                info,
+                observed.pods,
+                now,
+                colour,
+                &next_prefix(),
+                &mut rows,
+            );
         }
-        for (j, run) in rev_runs.iter().enumerate() {
-            let run_prefix = connector(&rev_prefix, sets.len() + j + 1 == children);
-            analysis_rows(run, now, colour, &run_prefix, &mut rows);
+        for experiment in &rev_experiments {
+            experiment_rows(experiment, observed, now, colour, &next_prefix(), &mut rows);
+        }
+        for run in &rev_runs {
+            analysis_rows(run, now, colour, &next_prefix(), &mut rows);
         }
     }
+    lines.extend(align(&rows));
+    lines
+}
+
+/// A ReplicaSet's row (`info` in its INFO column) and a row per pod it owns.
+fn replica_set_rows(
+    rs: &Value,
+    info: String,
+    pods: &[Value],
+    now: Timestamp,
+    colour: bool,
+    prefix: &str,
+    rows: &mut Vec<Row>,
+) {
+    let status = replica_set_status(rs);
+    rows.push(Row {
+        name: format!("{prefix}⧉ {}", name(rs)),
+        kind: "ReplicaSet",
+        status: format!("{} {status}", paint(status_icon(status), colour)),
+        age: object_age(rs, now),
+        info,
+    });
+    let mut pods: Vec<&Value> = pods.iter().filter(|p| owned_by(p, rs)).collect();
+    pods.sort_by_key(|pod| name(pod).to_string());
+    for (k, pod) in pods.iter().enumerate() {
+        let pod_prefix = connector(prefix, k + 1 == pods.len());
+        let (status, ready, restarts) = pod_status(pod);
+        let mut info = format!("ready:{ready}");
+        if restarts > 0 {
+            info.push_str(&format!(",restarts:{restarts}"));
+        }
+        rows.push(Row {
+            name: format!("{pod_prefix}□ {}", name(pod)),
+            kind: "Pod",
+            status: format!("{} {status}", paint(status_icon(&status), colour)),
+            age: object_age(pod, now),
+            info,
+        });
+    }
+}
+
+/// The phase an Experiment shows: its status's, `Pending` before the controller wrote one.
+fn experiment_phase(experiment: &Value) -> &str {
+    text(experiment, "/status/phase")
+        .filter(|phase| !phase.is_empty())
+        .unwrap_or("Pending")
+}
+
+/// The ReplicaSets an Experiment owns, newest revision first, then by name (Argo's order).
+fn experiment_sets<'a>(experiment: &Value, replica_sets: &'a [Value]) -> Vec<&'a Value> {
+    let mut sets: Vec<&Value> = replica_sets
+        .iter()
+        .filter(|rs| owned_by(rs, experiment))
+        .collect();
+    sets.sort_by(|a, b| {
+        revision(b)
+            .cmp(&revision(a))
+            .then_with(|| name(a).cmp(name(b)))
+    });
+    sets
+}
+
+/// An Experiment's row, then its ReplicaSets (with their pods) and its AnalysisRuns.
+fn experiment_rows(
+    experiment: &Value,
+    observed: Observed<'_>,
+    now: Timestamp,
+    colour: bool,
+    prefix: &str,
+    rows: &mut Vec<Row>,
+) {
+    let phase = experiment_phase(experiment);
+    rows.push(Row {
+        name: format!("{prefix}Σ {}", name(experiment)),
+        kind: "Experiment",
+        status: format!("{} {phase}", paint(analysis_icon(phase), colour)),
+        age: object_age(experiment, now),
+        info: String::new(),
+    });
+    let sets = experiment_sets(experiment, observed.replica_sets);
+    let mut runs: Vec<&Value> = observed
+        .analysis_runs
+        .iter()
+        .filter(|run| owned_by(run, experiment))
+        .collect();
+    runs.sort_by_key(|run| name(run).to_string());
+    let children = sets.len() + runs.len();
+    for (j, rs) in sets.iter().enumerate() {
+        let rs_prefix = connector(prefix, j + 1 == children);
+        replica_set_rows(
+            rs,
+            String::new(),
+            observed.pods,
+            now,
+            colour,
+            &rs_prefix,
+            rows,
+        );
+    }
+    for (j, run) in runs.iter().enumerate() {
+        let run_prefix = connector(prefix, sets.len() + j + 1 == children);
+        analysis_rows(run, now, colour, &run_prefix, rows);
+    }
+}
+
+/// Everything `get experiment` draws, as the server returned it.
+#[derive(Clone, Copy, Debug)]
+pub struct ObservedExperiment<'a> {
+    pub experiment: &'a Value,
+    pub replica_sets: &'a [Value],
+    pub pods: &'a [Value],
+    pub analysis_runs: &'a [Value],
+}
+
+/// `get experiment`'s summary block and tree, one string per line, as Argo's plugin draws them:
+/// the images of its running ReplicaSets tagged with their template (`web:2 (Σ:canary)`).
+pub fn experiment_tree(
+    observed: ObservedExperiment<'_>,
+    now: Timestamp,
+    colour: bool,
+) -> Vec<String> {
+    let experiment = observed.experiment;
+    let phase = experiment_phase(experiment);
+    let field = |label: &str, value: &str| format!("{label:<17}{value}");
+    let mut lines = vec![
+        field("Name:", name(experiment)),
+        field(
+            "Namespace:",
+            text(experiment, "/metadata/namespace").unwrap_or_default(),
+        ),
+        field(
+            "Status:",
+            &format!("{} {phase}", paint(analysis_icon(phase), colour)),
+        ),
+    ];
+    if let Some(message) = text(experiment, "/status/message").filter(|m| !m.is_empty()) {
+        lines.push(field("Message:", message));
+    }
+    let sets = experiment_sets(experiment, observed.replica_sets);
+    let mut images: Vec<(String, Vec<String>)> = Vec::new();
+    for rs in sets.iter().filter(|rs| number(rs, "/status/replicas") > 0) {
+        let tag = annotation(rs, TEMPLATE_NAME_ANNOTATION).map(|t| format!("Σ:{t}"));
+        for container in rs
+            .pointer("/spec/template/spec/containers")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            let Some(image) = text(container, "/image") else {
+                continue;
+            };
+            let tags = match images.iter_mut().find(|(i, _)| i == image) {
+                Some((_, tags)) => tags,
+                None => {
+                    images.push((image.to_string(), Vec::new()));
+                    &mut images.last_mut().expect("just pushed").1
+                }
+            };
+            if let Some(tag) = &tag
+                && !tags.contains(tag)
+            {
+                tags.push(tag.clone());
+            }
+        }
+    }
+    for (i, (image, tags)) in images.iter().enumerate() {
+        let shown = if tags.is_empty() {
+            image.clone()
+        } else {
+            format!("{image} ({})", tags.join(", "))
+        };
+        lines.push(field(if i == 0 { "Images:" } else { "" }, &shown));
+    }
+    lines.push(String::new());
+    let mut rows = Vec::new();
+    experiment_rows(
+        experiment,
+        Observed {
+            rollout: experiment,
+            replica_sets: observed.replica_sets,
+            pods: observed.pods,
+            analysis_runs: observed.analysis_runs,
+            experiments: &[],
+        },
+        now,
+        colour,
+        "",
+        &mut rows,
+    );
     lines.extend(align(&rows));
     lines
 }
