@@ -189,7 +189,44 @@ pub struct ExperimentCondition {
 pub struct ExperimentAnalysisRunStatus {
     pub name: String,
     pub analysis_run: String,
+    // Argo writes an empty phase for an analysis whose run is not created yet: read as Pending.
+    #[serde(deserialize_with = "empty_phase_is_pending")]
     pub phase: AnalysisPhase,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+}
+
+/// An analysis phase, the empty string (Argo's phase of an analysis not started) as Pending.
+fn empty_phase_is_pending<'de, D>(deserializer: D) -> Result<AnalysisPhase, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let phase = String::deserialize(deserializer)?;
+    if phase.is_empty() {
+        return Ok(AnalysisPhase::Pending);
+    }
+    AnalysisPhase::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(&phase))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_analysis_argo_has_not_started_reads_as_pending() {
+        let status: ExperimentStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Pending",
+            "analysisRuns": [
+                {"name": "judge", "analysisRun": "", "phase": ""},
+                {"name": "other", "analysisRun": "exp-other", "phase": "Running"},
+            ],
+        }))
+        .expect("decodes what Argo writes");
+        assert_eq!(status.analysis_runs[0].phase, AnalysisPhase::Pending);
+        assert_eq!(status.analysis_runs[1].phase, AnalysisPhase::Running);
+        let bad = serde_json::from_value::<ExperimentAnalysisRunStatus>(
+            serde_json::json!({"name": "judge", "analysisRun": "", "phase": "Sideways"}),
+        );
+        assert!(bad.is_err(), "an unknown phase is still refused");
+    }
 }
