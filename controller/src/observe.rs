@@ -1,7 +1,7 @@
 //! The observe phase: everything the planner reads besides the Rollout, gathered before it
 //! plans, so that what is missing (a Service, a template, a Deployment) is planned data rather
-//! than an error in the middle of acting. ReplicaSets and AnalysisRuns come from the watch
-//! caches; Services, the workloadRef Deployment, the pods of a pending
+//! than an error in the middle of acting. ReplicaSets, AnalysisRuns and Experiments come from
+//! the watch caches; Services, the workloadRef Deployment, the pods of a pending
 //! restart and the routers' weights are read fresh (a Rollout is reconciled only while
 //! something moves, so reading them costs nothing at rest). Analysis templates are read only
 //! for a plan that starts a run ([`templates`]).
@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use rollouts_crds::analysis::{AnalysisRun, AnalysisTemplate, ClusterAnalysisTemplate};
+use rollouts_crds::experiment::Experiment;
 use rollouts_crds::rollout::{
     DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY, MANAGED_BY_ROLLOUTS_KEY, ROLLOUT_CANARY_STEP_INDEX_LABEL,
     ROLLOUT_TYPE_LABEL, Rollout, RolloutAnalysisTemplate,
@@ -26,8 +27,9 @@ use crate::decode::Decoded;
 use crate::error::{Error, Result};
 use crate::planner::template_match;
 use crate::planner::{
-    self, Observed, ObservedAnalysisRun, ObservedDeployment, ObservedPod, ObservedReplicaSet,
-    ObservedTemplates, ReplicaFailure, SharedObject, TemplateKey,
+    self, Observed, ObservedAnalysisRun, ObservedDeployment, ObservedExperiment,
+    ObservedExperimentTemplate, ObservedPod, ObservedReplicaSet, ObservedTemplates, ReplicaFailure,
+    SharedObject, TemplateKey,
 };
 use rollouts_crds::conditions::REPLICA_FAILURE;
 
@@ -67,6 +69,13 @@ pub async fn observe(
         .iter()
         .map(|run| observed_analysis_run(run))
         .collect();
+    let experiments = ctx
+        .caches
+        .experiments
+        .owned_by(&uid)
+        .iter()
+        .map(|experiment| observed_experiment(experiment))
+        .collect();
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     let mut services = LiveServices::new();
     let mut missing_services = BTreeSet::new();
@@ -97,6 +106,7 @@ pub async fn observe(
     let observed = Observed {
         replica_sets,
         analysis_runs,
+        experiments,
         missing_services,
         traffic_weight_verified: verify_recorded_weight(rollout, routers).await?,
         restart_pods,
@@ -289,6 +299,35 @@ fn observed_analysis_run(run: &AnalysisRun) -> ObservedAnalysisRun {
             .creation_timestamp
             .as_ref()
             .map_or(Timestamp::UNIX_EPOCH, |time| time.0),
+    }
+}
+
+fn observed_experiment(experiment: &Experiment) -> ObservedExperiment {
+    let status = experiment.status.clone().unwrap_or_default();
+    ObservedExperiment {
+        name: experiment.name_any(),
+        pod_template_hash: experiment
+            .labels()
+            .get(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY)
+            .cloned()
+            .unwrap_or_default(),
+        phase: status.phase,
+        message: status.message,
+        terminating: experiment.spec.terminate,
+        created: experiment
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(Timestamp::UNIX_EPOCH, |time| time.0),
+        templates: status
+            .template_statuses
+            .into_iter()
+            .map(|template| ObservedExperimentTemplate {
+                name: template.name,
+                service_name: template.service_name,
+                pod_template_hash: template.pod_template_hash,
+            })
+            .collect(),
     }
 }
 

@@ -1,11 +1,12 @@
-//! Watch caches of the objects Rollouts own (ReplicaSets, AnalysisRuns), indexed by the owning
+//! Watch caches of the objects Rollouts own (ReplicaSets, AnalysisRuns, Experiments), indexed by the owning
 //! Rollout's uid so a reconcile reads only its own objects, and the write expectations that keep
 //! a reconcile from planning on a cache older than the writes it made itself.
 //!
 //! The watch streams that trigger reconciles feed [`OwnedCache::apply`] before the trigger, so
 //! when a reconcile runs because an owned object changed, the cache already holds that change.
 //! Objects are stripped of what observe does not read before they are stored
-//! ([`strip_replica_set`], [`strip_analysis_run`]), so 10,000 Rollouts stay small.
+//! ([`strip_replica_set`], [`strip_analysis_run`], [`strip_experiment`]), so 10,000 Rollouts
+//! stay small.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::watcher;
 use rollouts_crds::analysis::AnalysisRun;
+use rollouts_crds::experiment::Experiment;
 use tokio::sync::watch;
 
 use crate::context::caught_up;
@@ -30,6 +32,7 @@ pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct OwnedCaches {
     pub replica_sets: OwnedCache<ReplicaSet>,
     pub analysis_runs: OwnedCache<AnalysisRun>,
+    pub experiments: OwnedCache<Experiment>,
 }
 
 impl OwnedCaches {
@@ -37,24 +40,27 @@ impl OwnedCaches {
         Self {
             replica_sets: OwnedCache::new("ReplicaSet"),
             analysis_runs: OwnedCache::new("AnalysisRun"),
+            experiments: OwnedCache::new("Experiment"),
         }
     }
 
-    /// Waits until both watches have listed once; false if `limit` passed first.
+    /// Waits until every watch has listed once; false if `limit` passed first.
     pub async fn wait_ready(&self, limit: Duration) -> bool {
-        let both = async {
+        let all = async {
             self.replica_sets.wait_ready().await;
             self.analysis_runs.wait_ready().await;
+            self.experiments.wait_ready().await;
         };
-        tokio::time::timeout(limit, both).await.is_ok()
+        tokio::time::timeout(limit, all).await.is_ok()
     }
 
-    /// The first write to an object owned by `owner_uid` that neither cache shows yet, as
-    /// `Kind name`; `None` when both caches include every write made for that owner.
+    /// The first write to an object owned by `owner_uid` that no cache shows yet, as
+    /// `Kind name`; `None` when the caches include every write made for that owner.
     pub fn lagging(&self, owner_uid: &str) -> Option<String> {
         self.replica_sets
             .lagging(owner_uid)
             .or_else(|| self.analysis_runs.lagging(owner_uid))
+            .or_else(|| self.experiments.lagging(owner_uid))
     }
 
     /// An object owned by `owner_uid` that the watch could not decode, as `Kind name: error`;
@@ -63,6 +69,7 @@ impl OwnedCaches {
         self.replica_sets
             .undecodable(owner_uid)
             .or_else(|| self.analysis_runs.undecodable(owner_uid))
+            .or_else(|| self.experiments.undecodable(owner_uid))
     }
 }
 
@@ -502,6 +509,22 @@ pub fn strip_analysis_run(run: &mut AnalysisRun) {
     }
 }
 
+/// Drops what observe never reads from an Experiment: its pod templates, analyses and
+/// conditions (only the phase, message, template statuses, `terminate` and labels are read), and
+/// managedFields.
+pub fn strip_experiment(experiment: &mut Experiment) {
+    experiment.metadata.managed_fields = None;
+    experiment.spec.templates = Vec::new();
+    experiment.spec.analyses = Vec::new();
+    experiment.spec.dry_run = Vec::new();
+    experiment.spec.measurement_retention = Vec::new();
+    experiment.spec.analysis_run_metadata = None;
+    if let Some(status) = experiment.status.as_mut() {
+        status.conditions = Vec::new();
+        status.analysis_runs = Vec::new();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::apps::v1::{ReplicaSetSpec, ReplicaSetStatus};
@@ -624,6 +647,9 @@ mod tests {
         caches.replica_sets.apply(&watcher::Event::InitDone);
         caches.analysis_runs.apply(&watcher::Event::Init);
         caches.analysis_runs.apply(&watcher::Event::InitDone);
+        assert!(!caches.wait_ready(Duration::from_millis(10)).await);
+        caches.experiments.apply(&watcher::Event::Init);
+        caches.experiments.apply(&watcher::Event::InitDone);
         assert!(caches.wait_ready(Duration::from_secs(5)).await);
     }
 

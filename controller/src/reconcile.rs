@@ -110,7 +110,7 @@ async fn reconcile_rollout(rollout: &Rollout, namespace: &str, ctx: &Context) ->
     if !ctx.caches.wait_ready(CACHE_SYNC_TIMEOUT).await {
         tracing::warn!(
             timeout = ?CACHE_SYNC_TIMEOUT,
-            "the ReplicaSet and AnalysisRun watches have not listed yet: check that the controller's role may list and watch them"
+            "the ReplicaSet, AnalysisRun and Experiment watches have not listed yet: check that the controller's role may list and watch them"
         );
         return Ok(Action::requeue(CACHE_CATCH_UP));
     }

@@ -631,9 +631,26 @@ fn rollout_controller(
         move |event| caches.analysis_runs.apply_decoded(event)
     })
     .touched_objects();
+    // An experiment step's Experiments carry the revision's hash label, as Argo's do.
+    let experiments = watcher(
+        scoped_api::<Decoded<rollouts_crds::experiment::Experiment>>(client, namespace),
+        watcher::Config::default().labels(DEFAULT_ROLLOUT_UNIQUE_LABEL_KEY),
+    )
+    .default_backoff()
+    .modify(|object| {
+        if let Decoded::Typed(experiment) = object {
+            owned_cache::strip_experiment(experiment);
+        }
+    })
+    .inspect_ok({
+        let caches = caches.clone();
+        move |event| caches.experiments.apply_decoded(event)
+    })
+    .touched_objects();
     Controller::for_stream(rollouts, rollout_store)
         .owns_stream(replica_sets)
         .owns_stream(analysis_runs)
+        .owns_stream(experiments)
         // Rollouts sharing an object with one that changed or went, and the gone ones.
         .reconcile_on(claims_changed)
 }

@@ -232,6 +232,9 @@ async fn answer(request: Request<Incoming>, state: &Mutex<ApiState>) -> Response
         (Method::GET, p) if p.ends_with("/analysisruns") => {
             list("AnalysisRunList", "argoproj.io/v1alpha1", Vec::new())
         }
+        (Method::GET, p) if p.ends_with("/experiments") => {
+            list("ExperimentList", "argoproj.io/v1alpha1", Vec::new())
+        }
         (Method::POST, p) if p.ends_with("/replicasets") => {
             json_response(StatusCode::CREATED, &body)
         }

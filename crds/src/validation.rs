@@ -378,7 +378,7 @@ fn step_limits(step: &CanaryStep, path: &str, errors: &mut Vec<FieldError>) {
         ));
     }
     for kind in kinds {
-        if matches!(kind, "experiment" | "plugin") {
+        if kind == "plugin" {
             errors.push(FieldError::new(
                 format!("{path}.{kind}"),
                 format!("{kind} steps are not supported by this controller yet"),

@@ -9,15 +9,17 @@
 //! 4. sync ephemeral pod metadata;
 //! 5. point Services, then drive the traffic routers (after scaling: traffic never points at
 //!    pods that are not there);
-//! 6. create, terminate and delete AnalysisRuns; delete old ReplicaSets;
+//! 6. terminate and delete AnalysisRuns and Experiments; delete old ReplicaSets;
 //! 7. record events (under names that make a repeat recognisable), then patch status last (it
-//!    is the checkpoint: a write lost above is planned again), then create new AnalysisRuns.
+//!    is the checkpoint: a write lost above is planned again), then create new AnalysisRuns and
+//!    Experiments.
 //!
 //! Desired-state writes (revision, deadlines, metadata, selectors, run termination) are skipped
 //! when the live object already matches, so a reconcile with nothing to do writes nothing.
 //! Every write goes through [`writer::Writer`].
 
 mod analysis_runs;
+mod experiments;
 mod replica_sets;
 mod services;
 mod status;
@@ -33,6 +35,7 @@ use rollouts_crds::rollout::{PodTemplateMetadata, Rollout, SCALE_DOWN_DEADLINE_A
 use rollouts_traffic::TrafficRouter;
 
 pub use analysis_runs::analysis_run_for;
+pub use experiments::experiment_for;
 pub use replica_sets::{
     DESIRED_REPLICAS_ANNOTATION, EPHEMERAL_METADATA_ANNOTATION, replica_set_for,
 };
@@ -150,6 +153,18 @@ pub async fn apply(
     for name in &plan.delete_analysis_runs {
         analysis_runs::delete(&writer, name).await?;
     }
+    for name in &plan.terminate_experiments {
+        let running = observed
+            .experiments
+            .iter()
+            .any(|experiment| &experiment.name == name && !experiment.terminating);
+        if running {
+            experiments::terminate(&writer, name).await?;
+        }
+    }
+    for name in &plan.delete_experiments {
+        experiments::delete(&writer, name).await?;
+    }
     for name in &plan.delete_replica_sets {
         replica_sets::delete(&writer, name).await?;
     }
@@ -178,6 +193,11 @@ pub async fn apply(
     // the pointer written first, the next reconcile creates the missing run under its name.
     for run in &plan.create_analysis_runs {
         analysis_runs::create(&writer, rollout, run).await?;
+    }
+    // The same for an experiment step's Experiment, which `status.canary.currentExperiment`
+    // names first.
+    for experiment in &plan.create_experiments {
+        experiments::create(&writer, rollout, experiment).await?;
     }
     Ok(plan
         .requeue_after

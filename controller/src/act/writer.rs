@@ -56,6 +56,14 @@ impl Written for AnalysisRun {
     }
 }
 
+impl Written for rollouts_crds::experiment::Experiment {
+    const KIND: &'static str = "Experiment";
+
+    fn cache(caches: &OwnedCaches) -> Option<&OwnedCache<Self>> {
+        Some(&caches.experiments)
+    }
+}
+
 impl Written for Service {
     const KIND: &'static str = "Service";
 }

@@ -155,15 +155,31 @@ fn resolve_rollout_args(
     rollout: &Rollout,
     run: &AnalysisRunToCreate,
 ) -> Result<Vec<AnalysisRunArgument>, String> {
+    resolve_args(
+        rollout,
+        run.analysis.args.as_deref().unwrap_or_default(),
+        &run.pod_template_hash,
+        &run.stable_pod_template_hash,
+    )
+}
+
+/// `args` with `podTemplateHashValue` (`Latest`: `latest`, `Stable`: `stable`) and `fieldRef`
+/// turned into values (Argo's `BuildArgumentsForRolloutAnalysisRun`); other arguments as written.
+pub(super) fn resolve_args(
+    rollout: &Rollout,
+    args: &[AnalysisRunArgument],
+    latest: &str,
+    stable: &str,
+) -> Result<Vec<AnalysisRunArgument>, String> {
     let rollout_json = serde_json::to_value(rollout).map_err(|e| e.to_string())?;
     let mut resolved = Vec::new();
-    for arg in run.analysis.args.iter().flatten() {
+    for arg in args {
         let mut arg = arg.clone();
         if let Some(from) = arg.value_from.clone() {
             if let Some(which) = from.pod_template_hash_value {
                 arg.value = Some(match which {
-                    ValueFromPodTemplateHash::Stable => run.stable_pod_template_hash.clone(),
-                    ValueFromPodTemplateHash::Latest => run.pod_template_hash.clone(),
+                    ValueFromPodTemplateHash::Stable => stable.to_string(),
+                    ValueFromPodTemplateHash::Latest => latest.to_string(),
                 });
                 arg.value_from = None;
             } else if let Some(field_ref) = from.field_ref {

@@ -15,6 +15,7 @@ use rollouts_crds::rollout::{
 };
 
 use super::analysis_runs::{pending_pointer, record_run_phase};
+use super::experiment_step::{self, Outcome, StepState};
 use super::hash::{argo_steps_hash, pod_template_hash_of_value};
 use super::pause::{PauseDecisions, pause_expiry};
 use super::replicas::{
@@ -82,6 +83,8 @@ struct Planner<'a> {
     out: Outbox,
     /// A ReplicaSet of another template already has the new ReplicaSet's name.
     name_collision: bool,
+    /// The `experiment` step's Experiment, as this plan found it.
+    experiment: StepState,
 }
 
 impl<'a> Planner<'a> {
@@ -125,6 +128,7 @@ impl<'a> Planner<'a> {
             pause: PauseDecisions::default(),
             out: Outbox::default(),
             name_collision: false,
+            experiment: StepState::default(),
         }
     }
 
@@ -138,6 +142,9 @@ impl<'a> Planner<'a> {
         let mut next = self.base.clone();
 
         self.reconcile_step_analysis(&mut plan, &mut next);
+        if let Err(error) = self.reconcile_experiment_step(&mut plan, &mut next) {
+            return invalid_spec(self.rollout, &error, self.now);
+        }
         self.reconcile_background_analysis(&mut plan, &mut next);
         let counts = self.desired_counts();
         self.reconcile_replica_sets(&mut plan, counts);
@@ -415,6 +422,46 @@ impl<'a> Planner<'a> {
             .filter(|run| current.as_deref() != Some(run.name.as_str()))
             .map(|run| run.name.clone())
             .collect();
+    }
+
+    /// The `experiment` step ([`experiment_step`]): a failed Experiment aborts, an inconclusive
+    /// one pauses.
+    fn reconcile_experiment_step(
+        &mut self,
+        plan: &mut Plan,
+        next: &mut RolloutStatus,
+    ) -> Result<(), rollouts_crds::FieldError> {
+        let mut out = Outbox::default();
+        let inputs = experiment_step::StepInputs {
+            rollout: self.rollout,
+            observed: self.observed,
+            step: self
+                .current_step()
+                .and_then(|step| step.experiment.as_ref())
+                .map(|experiment| (self.step_index(), experiment)),
+            current_hash: &self.current_hash,
+            revision: self.revision(),
+            new_rs: self.new_rs,
+            stable_rs: self.distinct_stable(),
+            cancel_all: self.fully_promoted()
+                || self.is_aborted()
+                || self.base.promote_full
+                || self.initial_deploy(),
+            paused: !self.base.pause_conditions.is_empty() || self.rollout.spec.is_paused(),
+            inconclusive_analysis: self
+                .pause_condition(PAUSE_REASON_INCONCLUSIVE_ANALYSIS)
+                .is_some(),
+            recorded: &self.base.canary.current_experiment,
+        };
+        let state = experiment_step::reconcile(&inputs, plan, next, &mut out)?;
+        self.out.events.extend(out.events);
+        match &state.outcome {
+            Outcome::Inconclusive => self.pause.add.push(PAUSE_REASON_INCONCLUSIVE_EXPERIMENT),
+            Outcome::Failed(message) => self.pause.add_abort = Some(message.clone()),
+            Outcome::Waiting | Outcome::Successful => {}
+        }
+        self.experiment = state;
+        Ok(())
     }
 
     /// Keeps `status.canary.currentStepAnalysisRunStatus` in step with the run, with an event
@@ -698,6 +745,7 @@ impl<'a> Planner<'a> {
             let step = self.current_step().map(step_summary).unwrap_or_default();
             next.current_step_index = Some(index.saturating_add(1));
             next.canary.current_step_analysis_run_status = None;
+            next.canary.current_experiment.clear();
             self.pause.remove.push(PAUSE_REASON_CANARY_PAUSE_STEP);
             let message = format!(
                 "Rollout step {}/{} completed ({step})",
@@ -786,6 +834,9 @@ impl<'a> Planner<'a> {
                     .current_step_run(self.step_index())
                     .is_some_and(|run| run.phase == AnalysisPhase::Successful);
         }
+        if step.experiment.is_some() {
+            return self.pause.add.is_empty() && self.experiment.outcome == Outcome::Successful;
+        }
         false
     }
 
@@ -855,11 +906,12 @@ impl<'a> Planner<'a> {
         self.rollout.spec.effective_progress_deadline_seconds()
     }
 
-    /// Steps that wait on a person or an analysis do not count against the progress deadline.
+    /// Steps that wait on a person, an analysis or an experiment do not count against the progress
+    /// deadline.
     fn indefinite_step(&self) -> bool {
-        let waiting_step = self
-            .current_step()
-            .is_some_and(|step| step.pause.is_some() || step.analysis.is_some());
+        let waiting_step = self.current_step().is_some_and(|step| {
+            step.pause.is_some() || step.analysis.is_some() || step.experiment.is_some()
+        });
         let paused = self
             .base
             .condition(PAUSED)

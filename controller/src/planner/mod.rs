@@ -14,12 +14,14 @@ pub mod anti_affinity;
 mod bluegreen;
 mod canary;
 mod coalesce;
+mod experiment_step;
 pub mod hash;
 mod pause;
 pub mod replicas;
 pub mod restart;
 mod revisions;
 mod run_history;
+mod state_events;
 mod status;
 pub mod template_match;
 #[cfg(test)]
@@ -34,8 +36,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRunSpec, AnalysisTemplateSpec};
 use rollouts_crds::rollout::{
-    PodTemplateMetadata, Rollout, RolloutAnalysis, RolloutAnalysisTemplate, RolloutStatus,
-    SetHeaderRoute, SetMirrorRoute, WeightDestination,
+    PodTemplateMetadata, Rollout, RolloutAnalysis, RolloutAnalysisTemplate, RolloutExperimentStep,
+    RolloutStatus, SetHeaderRoute, SetMirrorRoute, WeightDestination,
 };
 
 pub use canary::steps_hash;
@@ -73,6 +75,7 @@ pub fn plan<'a>(
                 plan.status = crate::status_patch::observed_status(&resolved);
             }
             plan.requeue_after = plan.requeue_after.map(|after| after.min(MAX_REQUEUE));
+            state_events::add(&resolved, &mut plan);
             (resolved, plan)
         }
         Err(error) => {
@@ -117,6 +120,7 @@ fn plan_resolved(rollout: &Rollout, observed: &Observed, now: Timestamp) -> Plan
     }
     plan.rollout_revision = rollout_revision_to_write(rollout, observed, &plan);
     plan.delete_analysis_runs = run_history::runs_to_delete(rollout, observed, &plan);
+    plan.delete_experiments = experiment_step::experiments_to_delete(rollout, observed, &plan);
     restart::reconcile(rollout, observed, now, &mut plan);
     workload_ref::reconcile(rollout, observed, &mut plan);
     plan
@@ -226,11 +230,45 @@ pub struct ObservedAnalysisRun {
     pub rollout_type: String,
 }
 
+/// An Experiment owned by the Rollout (an `experiment` step's), as the controller saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedExperiment {
+    pub name: String,
+    /// The `rollouts-pod-template-hash` label: the revision whose step started it.
+    pub pod_template_hash: String,
+    /// `status.phase`; `None` until the Experiment controller wrote one.
+    pub phase: Option<AnalysisPhase>,
+    pub message: String,
+    /// `spec.terminate` is already set.
+    pub terminating: bool,
+    pub created: Timestamp,
+    /// `status.templateStatuses`: where each template's pods are.
+    pub templates: Vec<ObservedExperimentTemplate>,
+}
+
+impl ObservedExperiment {
+    /// The phase is final (Successful, Failed, Error, Inconclusive).
+    pub fn finished(&self) -> bool {
+        self.phase.is_some_and(AnalysisPhase::is_completed)
+    }
+}
+
+/// One entry of an Experiment's `status.templateStatuses`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObservedExperimentTemplate {
+    pub name: String,
+    /// The Service the Experiment created for it; empty without one.
+    pub service_name: String,
+    pub pod_template_hash: String,
+}
+
 /// Everything the planner reads besides the Rollout itself.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observed {
     pub replica_sets: Vec<ObservedReplicaSet>,
     pub analysis_runs: Vec<ObservedAnalysisRun>,
+    /// The Experiments the Rollout owns.
+    pub experiments: Vec<ObservedExperiment>,
     /// Services the spec names that were looked up and not found (the rest exist).
     pub missing_services: BTreeSet<String>,
     /// The routers' `verify_weight` for the weight `status.canary.weights` records: `None` when
@@ -414,6 +452,26 @@ pub struct AnalysisRunToCreate {
     pub revision: Option<String>,
 }
 
+/// An Experiment to create for the current `experiment` step (Argo's
+/// `GetExperimentFromTemplate`): the act phase copies each template's pod template from the
+/// ReplicaSet its `specRef` names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExperimentToCreate {
+    /// `<rollout>-<hash>-<revision>-<step>`, with `-N` appended while the name is taken.
+    pub name: String,
+    pub step_index: i32,
+    /// The current revision (the `rollouts-pod-template-hash` label of the Experiment).
+    pub pod_template_hash: String,
+    /// Value of the `rollout.argoproj.io/revision` annotation.
+    pub revision: String,
+    /// The ReplicaSet `specRef: canary` copies.
+    pub canary_replica_set: String,
+    /// The ReplicaSet `specRef: stable` copies.
+    pub stable_replica_set: String,
+    /// The step, its analyses' `podTemplateHashValue` and `fieldRef` arguments resolved.
+    pub step: RolloutExperimentStep,
+}
+
 /// The current revision's ReplicaSet carries an anti-affinity term against an older stable
 /// revision: its pod template's affinity becomes `affinity`.
 #[derive(Clone, Debug, PartialEq)]
@@ -507,8 +565,8 @@ pub struct TrafficPlan {
     pub desired_weight: i32,
     /// `trafficRouting.maxTrafficWeight`, 100 unless set.
     pub max_traffic_weight: i32,
-    /// Experiment destinations for `set_weight` / `update_hash`; empty, as experiment steps are
-    /// refused by validation.
+    /// Experiment destinations for `set_weight` / `update_hash`: the weighted templates of the
+    /// running experiment step.
     pub additional: Vec<WeightDestination>,
     /// `update_hash(canary_hash, stable_hash, additional)`; empty when that ReplicaSet is absent.
     pub canary_hash: String,
@@ -545,6 +603,12 @@ pub struct Plan {
     pub terminate_analysis_runs: Vec<String>,
     /// Finished runs beyond `spec.analysis` history limits, or of revisions no longer kept.
     pub delete_analysis_runs: Vec<String>,
+    /// Experiments to create (created after the status that points at them is written).
+    pub create_experiments: Vec<ExperimentToCreate>,
+    /// Names of Experiments to stop (`spec.terminate: true`).
+    pub terminate_experiments: Vec<String>,
+    /// Finished Experiments beyond the history limits, or of revisions no longer kept.
+    pub delete_experiments: Vec<String>,
     /// Old, empty ReplicaSets beyond `revisionHistoryLimit`.
     pub delete_replica_sets: Vec<String>,
     pub canary_weight: CanaryWeight,
@@ -593,6 +657,9 @@ impl Plan {
             create_analysis_runs: Vec::new(),
             terminate_analysis_runs: Vec::new(),
             delete_analysis_runs: Vec::new(),
+            create_experiments: Vec::new(),
+            terminate_experiments: Vec::new(),
+            delete_experiments: Vec::new(),
             delete_replica_sets: Vec::new(),
             canary_weight: CanaryWeight::default(),
             traffic: None,
@@ -618,6 +685,9 @@ impl Plan {
             && self.create_analysis_runs.is_empty()
             && self.terminate_analysis_runs.is_empty()
             && self.delete_analysis_runs.is_empty()
+            && self.create_experiments.is_empty()
+            && self.terminate_experiments.is_empty()
+            && self.delete_experiments.is_empty()
             && self.delete_replica_sets.is_empty()
             && !self.status_changed
             && self.events.is_empty()

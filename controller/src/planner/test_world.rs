@@ -1,6 +1,7 @@
-//! The planner tests' fake cluster: what the act phase's writes do to what the next plan
-//! observes, written once for every strategy's tests. Pods of a new or scaled-up ReplicaSet are
-//! available at once when `instant`, else they exist and are not ready yet.
+//! The planner tests' fake cluster: what the act phase's writes (ReplicaSets, AnalysisRuns,
+//! Experiments) do to what the next plan observes, written once for every strategy's tests.
+//! Pods of a new or scaled-up ReplicaSet are available at once when `instant`, else they exist
+//! and are not ready yet.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,10 @@ use k8s_openapi::jiff::Timestamp;
 use rollouts_crds::analysis::AnalysisPhase;
 use rollouts_crds::rollout::{ROLLOUT_TYPE_STEP, Rollout, SCALE_DOWN_DEADLINE_ANNOTATION_KEY};
 
-use super::{Observed, ObservedAnalysisRun, ObservedReplicaSet, Plan, REVISION_ANNOTATION};
+use super::{
+    Observed, ObservedAnalysisRun, ObservedExperiment, ObservedReplicaSet, Plan,
+    REVISION_ANNOTATION,
+};
 
 /// A fixed instant `seconds` after the tests' epoch.
 pub fn at(seconds: i64) -> Timestamp {
@@ -98,6 +102,33 @@ pub fn apply_writes(observed: &mut Observed, plan: &Plan, now: Timestamp, instan
     observed
         .analysis_runs
         .retain(|run| !plan.delete_analysis_runs.contains(&run.name));
+    for experiment in &plan.create_experiments {
+        assert!(
+            observed
+                .experiments
+                .iter()
+                .all(|e| e.name != experiment.name),
+            "Experiment {} created twice",
+            experiment.name
+        );
+        observed.experiments.push(ObservedExperiment {
+            name: experiment.name.clone(),
+            pod_template_hash: experiment.pod_template_hash.clone(),
+            phase: None,
+            message: String::new(),
+            terminating: false,
+            created: now,
+            templates: Vec::new(),
+        });
+    }
+    for experiment in &mut observed.experiments {
+        if plan.terminate_experiments.contains(&experiment.name) {
+            experiment.terminating = true;
+        }
+    }
+    observed
+        .experiments
+        .retain(|experiment| !plan.delete_experiments.contains(&experiment.name));
 }
 
 /// The observed ReplicaSet called `name`.

@@ -330,6 +330,15 @@ impl<'a> Planner<'a> {
             )
     }
 
+    /// The running experiment step's weighted templates (Argo's
+    /// `calculateWeightDestinationsFromExperiment`); none once the update is aborted or promoted.
+    fn experiment_destinations(&self) -> Vec<WeightDestination> {
+        if self.is_aborted() || self.base.promote_full || self.fully_promoted() {
+            return Vec::new();
+        }
+        self.experiment.destinations.clone()
+    }
+
     /// The routers' desired state, and `status.canary.weights` recording it.
     pub(super) fn plan_traffic(
         &mut self,
@@ -343,7 +352,7 @@ impl<'a> Planner<'a> {
         let traffic = TrafficPlan {
             desired_weight,
             max_traffic_weight: max_weight,
-            additional: Vec::new(),
+            additional: self.experiment_destinations(),
             canary_hash: self
                 .new_rs
                 .map(|rs| rs.pod_template_hash.clone())
