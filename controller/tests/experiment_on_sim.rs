@@ -4,7 +4,8 @@
 //! to zero and its Service away, after which it is never written again; `terminate` ends one
 //! early (Successful, as in Argo); a failing required analysis ends one Failed and a passing one
 //! ends one Successful; a bad template or a missing AnalysisTemplate ends one in Error naming
-//! the field.
+//! the field; an Experiment Argo left running (its ReplicaSet, hash and status) is continued
+//! without anything created again.
 
 mod support;
 
@@ -475,4 +476,118 @@ async fn a_bad_template_or_a_missing_analysis_template_ends_in_error_naming_it()
         "{}",
         status.message
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_experiment_argo_left_running_is_continued_without_creating_anything() {
+    let h = Harness::start("rollouts-experiment", &["--log-level", "info"]).await;
+    // Argo's: assigned to another controller instance while its state is put in place.
+    let instance = "argo-rollouts.argoproj.io/controller-instance-id";
+    let experiment: Experiment = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": "left", "namespace": NAMESPACE, "labels": {instance: "argo"}},
+        "spec": {"duration": "3s", "scaleDownDelaySeconds": 0, "templates": [template("canary", 1)]},
+    }))
+    .expect("an Experiment");
+    let created = h
+        .experiments()
+        .create(&PostParams::default(), &experiment)
+        .await
+        .expect("creates the Experiment");
+    let uid = created.metadata.uid.clone().expect("a uid");
+    // The ReplicaSet Argo made, with Argo's hash, and the status Argo wrote.
+    let labels = json!({"app": "exp", "role": "canary", HASH_LABEL: "argo5c9d7"});
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": "left-canary",
+            "namespace": NAMESPACE,
+            "labels": labels,
+            "annotations": {
+                "experiment.argoproj.io/name": "left",
+                "experiment.argoproj.io/template-name": "canary",
+            },
+            "ownerReferences": [{
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Experiment",
+                "name": "left",
+                "uid": uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "app", "image": "shop:canary"}]},
+            },
+        },
+    }))
+    .expect("a ReplicaSet");
+    h.replica_set_api()
+        .create(&PostParams::default(), &rs)
+        .await
+        .expect("creates Argo's ReplicaSet");
+    h.wait_replica_set("left-canary", "available", |rs| available(rs) == 1)
+        .await;
+    // Whole seconds, as Argo writes times.
+    let now =
+        k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
+            .expect("in range")
+            .to_string();
+    h.experiments()
+        .patch_status(
+            "left",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "phase": "Running",
+                "availableAt": now,
+                "templateStatuses": [{
+                    "name": "canary",
+                    "replicas": 1,
+                    "updatedReplicas": 1,
+                    "readyReplicas": 1,
+                    "availableReplicas": 1,
+                    "status": "Running",
+                    "lastTransitionTime": now,
+                }],
+            }})),
+        )
+        .await
+        .expect("writes Argo's status");
+    // Handed over: this controller takes it from there.
+    h.experiments()
+        .patch(
+            "left",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {instance: null}}})),
+        )
+        .await
+        .expect("hands the Experiment over");
+    let status = h.wait_phase("left", AnalysisPhase::Successful).await;
+    assert!(
+        status
+            .available_at
+            .as_ref()
+            .is_some_and(|t| t.0.to_string() == now),
+        "Argo's availableAt stands: {status:#?}"
+    );
+    h.wait_replica_set("left-canary", "scaled to zero", |rs| spec_replicas(rs) == 0)
+        .await;
+    let creates: Vec<String> = h
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.user_agent.starts_with("rollouts-controller")
+                && r.verb == "create"
+                && r.resource == "replicasets"
+        })
+        .map(|r| format!("{r:?}"))
+        .collect();
+    assert!(creates.is_empty(), "nothing created again: {creates:?}");
 }
