@@ -81,6 +81,10 @@ pub enum Command {
     /// Terminate a running AnalysisRun or Experiment.
     #[command(subcommand)]
     Terminate(verbs::terminate::Kind),
+    /// Notification templates and triggers: print them, preview a template against a rollout,
+    /// send a test message, evaluate a trigger (as Argo's `notifications` commands).
+    #[command(subcommand)]
+    Notifications(verbs::notifications::Command),
     /// Serve a web dashboard of the rollouts (live, with charts and actions) on loopback.
     Dashboard(crate::dashboard::Args),
     /// Print, step by step, the replica counts and weights a rollout would go through.

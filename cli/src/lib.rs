@@ -47,6 +47,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Set(kind) => verbs::set_image::run(&Cluster::connect(flags).await?, &kind).await?,
         Command::Undo(args) => verbs::undo::run(&Cluster::connect(flags).await?, &args).await?,
         Command::Create(kind) => verbs::create::run(&Cluster::connect(flags).await?, &kind).await?,
+        Command::Notifications(command) => verbs::notifications::run(flags, &command).await?,
         Command::Dashboard(args) => dashboard::run(Cluster::connect(flags).await?, &args).await?,
         Command::Terminate(kind) => {
             verbs::terminate::run(&Cluster::connect(flags).await?, &kind).await?

@@ -6,6 +6,7 @@ pub mod create;
 pub mod get;
 pub mod lint;
 pub mod list;
+pub mod notifications;
 pub mod pause;
 pub mod plan;
 pub mod promote;

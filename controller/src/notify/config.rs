@@ -153,16 +153,16 @@ impl Service {
 /// One condition of a trigger: `when` (an expr-lang expression over `rollout`; empty: always),
 /// the templates to `send`, and `oncePer` (an expression: the condition sends once per distinct
 /// value of it, as Argo's notifications engine does).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TriggerCondition {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub when: String,
     #[serde(default)]
     pub send: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub once_per: String,
 }
 

@@ -16,10 +16,16 @@ mod services;
 mod subscriptions;
 mod template;
 
-pub use config::{ConfigError, FAILURE_TRIGGERS, NotificationConfig, RetryPolicy, Service};
-pub use delivery::{ConfigSource, Notifier};
+pub use config::{
+    ConfigError, FAILURE_TRIGGERS, NotificationConfig, RetryPolicy, Service, TriggerCondition,
+};
+pub use delivery::{ConfigSource, Notifier, analysis_runs};
+pub use services::{HttpClients, SendError, send, teams_message};
 pub use subscriptions::{Destination, destinations};
-pub use template::{Notification, TemplateSpec, render, variables};
+pub use template::{
+    ExtraVariables, Notification, TemplateSpec, mentions_analysis_runs, render, variables,
+    variables_with,
+};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -155,6 +161,24 @@ pub fn trigger_conditions(
                 ..Default::default()
             }]
         })
+}
+
+/// Every trigger `config` knows: the ConfigMap's and the built-in ones, by name.
+pub fn trigger_names(config: &NotificationConfig) -> Vec<String> {
+    let mut names: Vec<String> = config.triggers.keys().cloned().collect();
+    names.extend(BUILT_IN.iter().map(|(trigger, _, _)| trigger.to_string()));
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Every template `config` knows: the ConfigMap's and the built-in ones, by name.
+pub fn template_names(config: &NotificationConfig) -> Vec<String> {
+    let mut names: Vec<String> = config.templates.keys().cloned().collect();
+    names.extend(BUILT_IN.iter().map(|(_, template, _)| template.to_string()));
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// The template `name`: the ConfigMap's, else the built-in one.

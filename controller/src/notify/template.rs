@@ -8,46 +8,46 @@
 use std::collections::{BTreeMap, HashMap};
 
 use gtmpl::{Context, Func, FuncError, Value};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A template as written in `template.<name>`: every field Go template text.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct TemplateSpec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub email: Option<EmailSpec>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slack: Option<SlackSpec>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub webhook: BTreeMap<String, WebhookSpec>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pagerdutyv2: Option<PagerDutySpec>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub teams: Option<TeamsSpec>,
 }
 
 /// `teams`: Argo's Microsoft Teams fields. `template` is a whole message (sent as written);
 /// otherwise a MessageCard is built from the others (`facts`, `sections` and
 /// `potentialAction` are JSON lists).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TeamsSpec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub template: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub title: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub summary: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub text: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub theme_color: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub facts: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sections: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub potential_action: String,
 }
 
@@ -80,48 +80,48 @@ impl TeamsSpec {
 }
 
 /// `pagerdutyv2`: the Events API v2 payload fields Argo's template has.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PagerDutySpec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub summary: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub severity: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub component: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub group: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub class: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub url: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub dedup_key: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct EmailSpec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub subject: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct SlackSpec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub attachments: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub blocks: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct WebhookSpec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub method: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub path: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub body: String,
 }
 
@@ -138,7 +138,46 @@ pub struct Notification {
     pub teams: Option<TeamsSpec>,
 }
 
+impl Notification {
+    /// The notification as Argo's engine prints it (its console service): the message and each
+    /// service's fields under Argo's names, empty ones left out.
+    pub fn document(&self) -> serde_json::Value {
+        let spec = TemplateSpec {
+            message: self.message.clone(),
+            email: (!self.email_subject.is_empty()).then(|| EmailSpec {
+                subject: self.email_subject.clone(),
+            }),
+            slack: (!self.slack_attachments.is_empty() || !self.slack_blocks.is_empty()).then(
+                || SlackSpec {
+                    attachments: self.slack_attachments.clone(),
+                    blocks: self.slack_blocks.clone(),
+                },
+            ),
+            webhook: self.webhook.clone(),
+            pagerdutyv2: self.pagerduty.clone(),
+            teams: self.teams.clone(),
+        };
+        serde_json::to_value(spec).unwrap_or_default()
+    }
+}
+
 impl TemplateSpec {
+    /// The first line of the message (at most 100 characters), or of the template as JSON when
+    /// it has no message: what Argo's `template get` shows.
+    pub fn preview(&self) -> String {
+        let text = if self.message.is_empty() {
+            serde_json::to_string(self).unwrap_or_default()
+        } else {
+            self.message.clone()
+        };
+        let line = text.lines().next().unwrap_or_default();
+        if line.chars().count() > 100 {
+            format!("{}...", line.chars().take(99).collect::<String>())
+        } else {
+            line.to_string()
+        }
+    }
+
     /// Parses `template.<name>`'s YAML and checks every field parses as a Go template.
     pub fn parse(value: &str) -> Result<Self, String> {
         let spec: Self = serde_saphyr::from_str(value).map_err(|e| {
@@ -696,5 +735,30 @@ mod tests {
             .expect("renders"),
             "none"
         );
+    }
+
+    #[test]
+    fn a_notification_prints_under_argos_field_names_and_a_template_previews_its_first_line() {
+        let spec = TemplateSpec::parse(
+            "message: |\n  Rollout {{.rollout.metadata.name}} aborted.\n  Second line.\nemail:\n  subject: S\nteams:\n  themeColor: '#FF0000'\n",
+        )
+        .expect("parses");
+        assert_eq!(
+            spec.preview(),
+            "Rollout {{.rollout.metadata.name}} aborted."
+        );
+        let mut notification = Notification::default();
+        spec.render_into(&variables(&rollout(), ""), &mut notification)
+            .expect("renders");
+        assert_eq!(
+            notification.document(),
+            json!({
+                "message": "Rollout web aborted.\nSecond line.\n",
+                "email": {"subject": "S"},
+                "teams": {"themeColor": "#FF0000"}
+            })
+        );
+        let no_message = TemplateSpec::parse("email:\n  subject: only\n").expect("parses");
+        assert_eq!(no_message.preview(), r#"{"email":{"subject":"only"}}"#);
     }
 }
