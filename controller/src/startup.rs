@@ -496,7 +496,9 @@ impl Controllers {
             }
             Ended::AnalysisRuns(ended) => {
                 self.analysis_runs = None;
-                let reason = match ended {
+                // The task supervises the AnalysisRun and the Experiment controllers: the one
+                // that gave up is named.
+                let (task, reason) = match ended {
                     Ok(Ok(())) => {
                         // The supervisor returns only once the controller is stopping.
                         if let Some(rollouts) = self.rollouts.take() {
@@ -505,16 +507,14 @@ impl Controllers {
                         diagnostics.task_stopped(ROLLOUT_CONTROLLER);
                         return Ok(());
                     }
-                    Ok(Err(gave_up)) => {
-                        format!("{} ({} times in a row)", gave_up.reason, gave_up.failures)
-                    }
-                    Err(join) => join_failure(join),
+                    Ok(Err(gave_up)) => (
+                        gave_up.task,
+                        format!("{} ({} times in a row)", gave_up.reason, gave_up.failures),
+                    ),
+                    Err(join) => (ANALYSIS_RUN_CONTROLLER, join_failure(join)),
                 };
-                diagnostics.task_down(ANALYSIS_RUN_CONTROLLER, &reason);
-                Err(Error::TaskFailed {
-                    task: ANALYSIS_RUN_CONTROLLER,
-                    reason,
-                })
+                diagnostics.task_down(task, &reason);
+                Err(Error::TaskFailed { task, reason })
             }
         }
     }
