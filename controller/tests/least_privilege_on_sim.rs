@@ -4,7 +4,7 @@
 //! (canary steps with promote, abort and retry, anti-affinity, history trimming and restartAt;
 //! step and background analysis with web and Job metrics and a Secret argument; blue-green with
 //! preview, pre-promotion analysis and ephemeral pod metadata; nginx, Istio and Gateway API
-//! routing; the leader Lease, released on SIGTERM; events). Then every request it made must be allowed by the rendered RBAC (RoleBindings and
+//! routing; a standalone Experiment and a Rollout's experiment step; the leader Lease, released on SIGTERM; events). Then every request it made must be allowed by the rendered RBAC (RoleBindings and
 //! ClusterRoleBindings of its ServiceAccount, with RBAC's matching rules), every granted
 //! (group, resource, verb) of the cluster-wide install must have been used (or be a listed
 //! exception whose rule says why in a comment), and no rule may use a wildcard. Nothing here
@@ -1435,6 +1435,64 @@ async fn experiment(cluster: &Cluster, namespace: &str) {
         .await;
 }
 
+/// A canary whose only step is an experiment: the step creates its Experiment, a new revision
+/// terminates the running one, and with `successfulRunHistoryLimit: 0` both are deleted once
+/// the update completes.
+async fn experiment_step(cluster: &Cluster, namespace: &str) {
+    let name = "lab";
+    let spec = json!({
+        "analysis": {"successfulRunHistoryLimit": 0},
+        "strategy": {"canary": {"steps": [{"experiment": {
+            "duration": "2s",
+            "templates": [
+                {"name": "baseline", "specRef": "stable", "replicas": 1},
+                {"name": "canary", "specRef": "canary", "replicas": 1}
+            ]
+        }}]}}
+    });
+    cluster
+        .create("rollouts", rollout(namespace, name, 1, spec))
+        .await;
+    let v1 = cluster.healthy(namespace, name, 1).await;
+    let experiments =
+        Api::<rollouts_crds::experiment::Experiment>::namespaced(cluster.client.clone(), namespace);
+    let v2 = cluster.update(namespace, name, "app:v2", &v1).await;
+    let first = cluster
+        .eventually("the experiment step's Experiment", || async {
+            let current = cluster
+                .status(namespace, name)
+                .await
+                .canary
+                .current_experiment;
+            (!current.is_empty()).then_some(current)
+        })
+        .await;
+    let v3 = cluster.update(namespace, name, "app:v3", &v2).await;
+    cluster
+        .eventually("the old revision's Experiment terminated", || async {
+            let experiment = experiments.get_opt(&first).await.expect("reads")?;
+            experiment.spec.terminate.then_some(())
+        })
+        .await;
+    assert_eq!(cluster.healthy(namespace, name, 1).await, v3);
+    cluster
+        .eventually(
+            "the finished Experiments deleted past the history limit",
+            || async {
+                let left = experiments
+                    .list(&ListParams::default())
+                    .await
+                    .expect("lists Experiments")
+                    .items
+                    .into_iter()
+                    .filter(|ex| ex.owner_references().iter().any(|o| o.name == name))
+                    .count();
+                (left == 0).then_some(())
+            },
+        )
+        .await;
+}
+
 /// Every scenario at once, each its own Rollout in `namespace`.
 async fn tour(cluster: &Cluster, namespace: &str, install: &Install, cluster_templates: bool) {
     let stub = WebStub::start().await;
@@ -1448,6 +1506,7 @@ async fn tour(cluster: &Cluster, namespace: &str, install: &Install, cluster_tem
         routed_canary(cluster, namespace, Router::GatewayApi),
         workload_ref(cluster, namespace),
         experiment(cluster, namespace),
+        experiment_step(cluster, namespace),
     );
 }
 
