@@ -3,8 +3,8 @@
 //! ReplicaSets (and a template's Service) to available, ends Successful, and its ReplicaSets go
 //! to zero and its Service away, after which it is never written again; `terminate` ends one
 //! early (Successful, as in Argo); a failing required analysis ends one Failed and a passing one
-//! ends one Successful; a bad template or a missing AnalysisTemplate ends one in Error naming
-//! the field; an Experiment Argo left running (its ReplicaSet, hash and status) is continued
+//! ends one Successful; a bad template, an Experiment that does not decode or a missing
+//! AnalysisTemplate ends one in Error naming the field; an Experiment Argo left running (its ReplicaSet, hash and status) is continued
 //! without anything created again.
 
 mod support;
@@ -430,7 +430,7 @@ async fn required_analyses_decide_the_experiment() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bad_template_or_a_missing_analysis_template_ends_in_error_naming_it() {
+async fn a_bad_template_an_undecodable_experiment_or_a_missing_analysis_template_ends_in_error() {
     let h = Harness::start("rollouts-experiment", &["--log-level", "info"]).await;
     let mut bad = template("canary", 1);
     bad["selector"] = json!({"matchLabels": {"app": "other"}});
@@ -458,6 +458,43 @@ async fn a_bad_template_or_a_missing_analysis_template_ends_in_error_naming_it()
             .is_none(),
         "nothing is created for a spec that cannot run"
     );
+
+    // One that does not even decode (replicas beyond 32 bits) gets the Error phase naming the
+    // field, and the watch goes on.
+    let resource = kube::api::ApiResource::erase::<Experiment>(&());
+    let raw: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(h.client.clone(), NAMESPACE, &resource);
+    let mut huge = template("canary", 1);
+    huge["replicas"] = json!(3_000_000_000_i64);
+    let undecodable: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": "huge", "namespace": NAMESPACE},
+        "spec": {"templates": [huge]},
+    }))
+    .expect("an object");
+    raw.create(&PostParams::default(), &undecodable)
+        .await
+        .expect("creates the undecodable Experiment");
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let object = raw.get("huge").await.expect("reads it untyped");
+        let status = &object.data["status"];
+        if status["phase"] == "Error" {
+            let message = status["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("cannot be decoded") && message.contains("replicas"),
+                "{message}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for the undecodable Experiment's Error phase: {status}\ncontroller log:\n{}",
+            h.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     h.create_experiment(
         "unjudged",
