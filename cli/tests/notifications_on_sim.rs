@@ -1,0 +1,227 @@
+//! `kubectl rollouts notifications` through the real `kubectl` against an in-process kube-sim:
+//! Argo's ConfigMap and Secret in the namespace, a live Rollout, the templates and triggers
+//! printed, a template previewed against the Rollout, a test message sent to a loopback webhook
+//! (with the Secret's token in its header), and a trigger evaluated against the Rollout.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use support::{NAMESPACE, World, eventually};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// What a loopback webhook received: each request's head and body.
+type Requests = Arc<Mutex<Vec<(String, String)>>>;
+
+/// A loopback webhook answering 200 to every request; keeps each one.
+async fn webhook() -> (String, Requests) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds loopback");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let requests: Requests = Arc::new(Mutex::new(Vec::new()));
+    let kept = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut bytes = Vec::new();
+            let mut buffer = [0u8; 4096];
+            let (head, body) = loop {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break (String::new(), String::new()),
+                    Ok(n) => bytes.extend_from_slice(&buffer[..n]),
+                }
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                    continue;
+                };
+                let length: usize = head
+                    .lines()
+                    .find_map(|line| {
+                        let (name, value) = line.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse().ok())?
+                    })
+                    .unwrap_or(0);
+                if body.len() >= length {
+                    break (head.to_string(), body.to_string());
+                }
+            };
+            kept.lock().expect("requests").push((head, body));
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+                .await;
+        }
+    });
+    (url, requests)
+}
+
+async fn configure(world: &World, webhook_url: &str) {
+    let configmap: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "argo-rollouts-notification-configmap", "namespace": NAMESPACE},
+        "data": {
+            "service.webhook.ops": format!("url: {webhook_url}\nheaders:\n- name: Authorization\n  value: Bearer $ops-token\n"),
+            "template.rollout-aborted": "message: Rollout {{.rollout.metadata.name}} has been aborted.\nwebhook:\n  ops:\n    method: POST\n    path: /hooks/{{.rollout.metadata.namespace}}\n    body: '{\"text\": \"{{.rollout.metadata.name}} aborted\", \"to\": \"{{.recipient}}\"}'\n",
+            "trigger.on-purple": "- when: rollout.spec.template.spec.containers[0].image == 'argoproj/rollouts-demo:purple'\n  send: [rollout-aborted]\n",
+        }
+    }))
+    .expect("a ConfigMap");
+    Api::<ConfigMap>::namespaced(world.client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &configmap)
+        .await
+        .expect("creates the ConfigMap");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "argo-rollouts-notification-secret", "namespace": NAMESPACE},
+        "stringData": {"ops-token": "t0ken"}
+    }))
+    .expect("a Secret");
+    Api::<Secret>::namespaced(world.client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("creates the Secret");
+    world
+        .create_raw(
+            &format!("/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/rollouts"),
+            &json!({
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Rollout",
+                "metadata": {"name": "web", "namespace": NAMESPACE},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "web", "image": "argoproj/rollouts-demo:purple"}]}
+                    },
+                    "strategy": {"canary": {"steps": [{"setWeight": 50}]}}
+                }
+            }),
+        )
+        .await;
+}
+
+/// Runs `kubectl rollouts ARGS` off the runtime (the webhook answers on it meanwhile); its
+/// stdout, after checking it succeeded.
+async fn kubectl_rollouts(world: &World, args: &[&str]) -> String {
+    let mut command = world.kubectl_rollouts(args);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || command.output().expect("kubectl runs"))
+        .await
+        .expect("joins");
+    assert!(
+        out.status.success(),
+        "kubectl rollouts {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn templates_and_triggers_are_printed_previewed_sent_and_run_against_a_live_rollout() {
+    let world = World::start("notifications", "live");
+    let (url, requests) = webhook().await;
+    configure(&world, &url).await;
+
+    let templates = kubectl_rollouts(&world, &["notifications", "template", "get"]).await;
+    assert!(
+        templates
+            .lines()
+            .next()
+            .is_some_and(|l| l.starts_with("NAME")),
+        "{templates}"
+    );
+    assert!(
+        templates.lines().any(|l| l.starts_with("rollout-aborted")
+            && l.ends_with("Rollout {{.rollout.metadata.name}} has been aborted.")),
+        "the ConfigMap's template: {templates}"
+    );
+    assert!(
+        templates.lines().any(|l| l.starts_with("rollout-paused")),
+        "a built-in template: {templates}"
+    );
+
+    // Preview: rendered against the live Rollout, printed as Argo's console service prints it.
+    let preview = kubectl_rollouts(
+        &world,
+        &[
+            "notifications",
+            "template",
+            "notify",
+            "rollout-aborted",
+            "web",
+        ],
+    )
+    .await;
+    let printed: Value = serde_saphyr::from_str(&preview).expect("YAML");
+    assert_eq!(printed["message"], "Rollout web has been aborted.");
+    assert_eq!(printed["webhook"]["ops"]["path"], "/hooks/default");
+    assert!(
+        requests.lock().expect("requests").is_empty(),
+        "nothing sent"
+    );
+
+    // A test message to the webhook, with the Secret's token.
+    let sent = kubectl_rollouts(
+        &world,
+        &[
+            "notifications",
+            "template",
+            "notify",
+            "rollout-aborted",
+            "web",
+            "--recipient",
+            "ops",
+        ],
+    )
+    .await;
+    assert_eq!(sent.trim(), "notification sent to ops");
+    let (head, body) = eventually("the test message at the webhook", async || {
+        requests.lock().expect("requests").first().cloned()
+    })
+    .await;
+    assert!(head.starts_with("POST /hooks/default "), "{head}");
+    assert!(
+        head.lines()
+            .any(|l| l.eq_ignore_ascii_case("authorization: Bearer t0ken")),
+        "{head}"
+    );
+    let body: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(body, json!({"text": "web aborted", "to": ""}));
+
+    let triggers =
+        kubectl_rollouts(&world, &["notifications", "trigger", "get", "on-purple"]).await;
+    assert!(
+        triggers
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("on-purple")
+                && l.contains("rollout-aborted")
+                && l.ends_with("== 'argoproj/rollouts-demo:purple'")),
+        "{triggers}"
+    );
+    let run = kubectl_rollouts(
+        &world,
+        &["notifications", "trigger", "run", "on-purple", "web"],
+    )
+    .await;
+    assert!(
+        run.lines().nth(1).is_some_and(|l| l.ends_with("  true")),
+        "the purple image matches: {run}"
+    );
+
+    // An unknown trigger is named, with the ones there are.
+    let mut command =
+        world.kubectl_rollouts(&["notifications", "trigger", "run", "on-nothing", "web"]);
+    let out = tokio::task::spawn_blocking(move || command.output().expect("kubectl runs"))
+        .await
+        .expect("joins");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("on-nothing") && stderr.contains("on-purple"),
+        "{stderr}"
+    );
+}
