@@ -2,7 +2,8 @@
 //! Argo runs them: Istio subset-level routing with no canaryService or stableService (the
 //! DestinationRule's subsets are the destinations); background analysis that starts without
 //! waiting for canary pods, so a crash-looping canary is analysed and aborted; an aborted
-//! routed canary kept for `abortScaleDownDelaySeconds`.
+//! routed canary kept for `abortScaleDownDelaySeconds`; a `dynamicStableScale` abort stepping
+//! back through the weights; a rollback within `rollbackWindow` skipping the steps.
 
 mod support;
 
@@ -439,4 +440,185 @@ async fn an_aborted_routed_canary_keeps_its_pods_for_abort_scale_down_delay_seco
     .await;
     let status = cluster.rollout_status("ledger").await;
     assert!(status.abort && status.phase == "Degraded", "{status:?}");
+}
+
+/// The `from A to B` of each `ScalingReplicaSet` event of `rollout` about `replica_set`, oldest
+/// first.
+async fn scalings(cluster: &Cluster, rollout: &str, replica_set: &str) -> Vec<(i32, i32)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let mut found: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|event| {
+            event.reason.as_deref() == Some("ScalingReplicaSet")
+                && event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(rollout)
+        })
+        .filter_map(|event| {
+            let note = event.note.clone().unwrap_or_default();
+            let rest = note.strip_prefix("Scaled ")?;
+            if !rest.contains(&format!("ReplicaSet {replica_set} ")) {
+                return None;
+            }
+            let (_, counts) = rest.rsplit_once(" from ")?;
+            let (from, to) = counts.split_once(" to ")?;
+            let at = event.event_time.as_ref().map(|t| t.0);
+            Some((at, (from.parse().ok()?, to.parse().ok()?)))
+        })
+        .collect();
+    found.sort_by_key(|(at, _)| *at);
+    found.into_iter().map(|(_, counts)| counts).collect()
+}
+
+#[tokio::test]
+async fn a_dynamic_stable_scale_abort_steps_back_and_honours_its_abort_delay() {
+    let cluster = Cluster::start("dynamic-abort");
+    let _controller = cluster.controller();
+    let (virtual_services, _) = cluster.istio_subset_objects("till").await;
+    let rollout = subset_rollout(
+        "till",
+        Some(4),
+        json!({
+            "dynamicStableScale": true,
+            "scaleDownDelaySeconds": null,
+            "abortScaleDownDelaySeconds": 3,
+            "steps": [{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {}},
+                      {"setWeight": 75}, {"pause": {}}],
+        }),
+    );
+    cluster.create_rollout(rollout).await;
+    let v1 = cluster.wait_healthy(DEADLINE, "till", 4).await.stable_rs;
+    cluster.set_image("till", "till:2").await;
+    for step in [1, 3, 5] {
+        cluster
+            .status_where("till", &format!("paused at step {step}"), |status| {
+                status.current_step_index == Some(step) && !status.pause_conditions.is_empty()
+            })
+            .await;
+        if step < 5 {
+            cluster
+                .patch_status("till", json!({"pauseConditions": null}))
+                .await;
+        }
+    }
+    let paused = cluster
+        .status_where("till", "75% in effect", |status| {
+            status
+                .canary
+                .weights
+                .as_ref()
+                .is_some_and(|w| w.canary.weight == 75 && w.verified == Some(true))
+        })
+        .await;
+    let canary = format!("till-{}", paused.current_pod_hash);
+    let stable = format!("till-{v1}");
+    assert_eq!(
+        cluster.replica_sets("till").await.get(&stable).copied(),
+        Some((1, 1)),
+        "the stable keeps 25%"
+    );
+    cluster.patch_status("till", json!({"abort": true})).await;
+
+    eventually(
+        DEADLINE,
+        "the canary scaled down after its deadline",
+        || async {
+            let replica_sets = cluster.replica_sets("till").await;
+            let canary_pods = replica_sets.get(&canary).map(|(replicas, _)| *replicas);
+            let stable_pods = replica_sets.get(&stable).copied();
+            (canary_pods == Some(0) && stable_pods == Some((4, 4))).then_some(())
+        },
+    )
+    .await;
+    let vs = cluster.read(&virtual_services, "till-routes").await;
+    assert_eq!(subset_weights(&vs), Some((0, 100)), "{vs}");
+    // The stable came back one step at a time (75 -> 50 -> 25 -> 0), never straight to 4.
+    let stable_scalings = scalings(&cluster, "till", &stable).await;
+    let after_abort: Vec<_> = stable_scalings
+        .iter()
+        .skip_while(|(from, _)| *from != 1)
+        .copied()
+        .collect();
+    assert_eq!(after_abort, [(1, 2), (2, 3), (3, 4)], "{stable_scalings:?}");
+    // With the explicit delay the canary kept its 3 pods until then, as Argo's does.
+    let canary_scalings = scalings(&cluster, "till", &canary).await;
+    assert_eq!(
+        canary_scalings.last(),
+        Some(&(3, 0)),
+        "one scale-down at the deadline: {canary_scalings:?}"
+    );
+    let status = cluster.rollout_status("till").await;
+    assert!(status.abort && status.phase == "Degraded", "{status:?}");
+}
+
+#[tokio::test]
+async fn a_rollback_within_the_rollback_window_skips_the_steps() {
+    let cluster = Cluster::start("rollback-window");
+    let _controller = cluster.controller();
+    cluster.istio_subset_objects("quay").await;
+    let mut rollout = subset_rollout(
+        "quay",
+        Some(2),
+        json!({"steps": [{"setWeight": 50}, {"pause": {}}]}),
+    );
+    rollout.spec.rollback_window =
+        Some(rollouts_crds::rollout::RollbackWindowSpec { revisions: Some(2) });
+    cluster.create_rollout(rollout).await;
+    let v1 = cluster.wait_healthy(DEADLINE, "quay", 2).await.stable_rs;
+    // Revisions are ordered by creation time, which the API server keeps to the second (as
+    // Argo's isRollbackWithinWindow does): v2 must be born in a later second than v1.
+    let replica_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+        Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let born = replica_sets
+        .get(&format!("quay-{v1}"))
+        .await
+        .expect("v1's ReplicaSet")
+        .metadata
+        .creation_timestamp
+        .expect("created")
+        .0;
+    eventually(DEADLINE, "a second after v1 was created", || async {
+        (k8s_openapi::jiff::Timestamp::now().as_second() > born.as_second()).then_some(())
+    })
+    .await;
+    cluster.set_image("quay", "quay:2").await;
+    cluster
+        .status_where("quay", "paused at 50%", |status| {
+            status.current_step_index == Some(1) && !status.pause_conditions.is_empty()
+        })
+        .await;
+    cluster
+        .patch_status("quay", json!({"pauseConditions": null}))
+        .await;
+    let v2 = cluster.wait_healthy(DEADLINE, "quay", 2).await.stable_rs;
+    assert_ne!(v1, v2);
+    // Back to the first template: within the window, so no pause and no canary step.
+    // (The whole container as v1 had it: `set_image` drops its ports, a template of its own.)
+    let first_template = json!({"spec": {"template": {"spec": {"containers": [{"name": "app",
+        "image": "quay:1", "ports": [{"name": "http", "containerPort": 80}]}]}}}});
+    cluster
+        .rollouts()
+        .patch(
+            "quay",
+            &PatchParams::default(),
+            &Patch::Merge(&first_template),
+        )
+        .await
+        .expect("back to the first template");
+    let back = cluster
+        .status_where("quay", "back on the first revision", |status| {
+            status.current_pod_hash == v1
+                && (status.stable_rs == v1 || !status.pause_conditions.is_empty())
+        })
+        .await;
+    assert_eq!(back.stable_rs, v1, "{back:?}");
+    assert!(back.pause_conditions.is_empty(), "{back:?}");
+    let replica_sets = cluster.replica_sets("quay").await;
+    assert_eq!(
+        replica_sets.get(&format!("quay-{v1}")).copied(),
+        Some((2, 2))
+    );
 }
