@@ -665,8 +665,9 @@ fn start_notifier(client: &Client, metrics: &Metrics) -> Notifier {
 }
 
 /// With `--notifications-enabled`, watches the notification ConfigMap and Secret in
-/// `--notifications-namespace` (the controller's own by default). Started after the
-/// controllers, so their first lists go out first.
+/// `--notifications-namespace` (the controller's own by default), and with
+/// `--self-service-notification-enabled` those of the same names in every namespace. Started
+/// after the controllers, so their first lists go out first.
 fn watch_notifications(flags: &Flags, client: &Client, notifier: &Notifier) {
     if !flags.notifications_enabled {
         return;
@@ -680,6 +681,10 @@ fn watch_notifications(flags: &Flags, client: &Client, notifier: &Notifier) {
         secret: flags.notifications_secret.clone(),
     };
     tracing::info!(namespace = %source.namespace, configmap = %source.configmap, secret = %source.secret, "notifications configured from");
+    if flags.self_service_notification_enabled {
+        tracing::info!("self-service notifications: each Rollout's namespace may hold its own");
+        notifier.watch_self_service(client.clone(), source.clone());
+    }
     notifier.watch(client.clone(), source);
 }
 
