@@ -296,7 +296,7 @@ pub fn plan(experiment: &Experiment, observed: &Observed, now: Timestamp) -> Pla
     calculate_status(experiment, now, &mut plan);
     conditions(experiment, &settings, now, &mut plan);
     if !terminating {
-        enqueue(experiment, &settings, &mut plan);
+        enqueue(experiment, &settings, now, &mut plan);
     }
     plan
 }
@@ -938,13 +938,18 @@ fn set_condition(
 
 /// Argo's `calculateEnqueueDuration`: the end of the duration, and the progress deadline of
 /// each template still short of its pods.
-fn enqueue(experiment: &Experiment, settings: &Settings, plan: &mut Plan) {
+fn enqueue(experiment: &Experiment, settings: &Settings, now: Timestamp, plan: &mut Plan) {
     let status = plan.status.clone();
     if phase_completed(status.phase) {
         return;
     }
+    // The end of the duration, unless it passed (then templates short of their pods wait for
+    // their progress deadline, not a busy loop).
     if let (Some(available_at), Some(duration)) = (&status.available_at, settings.duration) {
-        plan.look_again_at(add(available_at.0, duration));
+        let end = add(available_at.0, duration);
+        if end >= now {
+            plan.look_again_at(end);
+        }
     }
     for template in &experiment.spec.templates {
         let Some(ts) = status

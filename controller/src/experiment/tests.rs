@@ -803,3 +803,24 @@ fn placeholders_resolve_or_name_the_unknown_one() {
         Ok("{{ unclosed")
     );
 }
+
+#[test]
+fn a_template_short_of_its_pods_after_the_duration_waits_for_its_deadline_not_in_a_loop() {
+    let (experiment, mut observed, started) = running(two_templates());
+    let lost = observed.replica_sets.get_mut("canary").expect("canary");
+    (lost.ready, lost.available) = (1, 1);
+    let end = started
+        .checked_add(Duration::from_secs(700))
+        .expect("in range");
+    let short = plan(&experiment, &observed, end);
+    assert_eq!(
+        template_code(&short.status, "canary"),
+        Some(TemplateStatusCode::Progressing)
+    );
+    let deadline = end.checked_add(Duration::from_secs(600)).expect("in range");
+    assert_eq!(
+        short.requeue_at,
+        Some(deadline),
+        "the progress deadline, not the end of the duration already past"
+    );
+}
