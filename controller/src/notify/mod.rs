@@ -1,8 +1,10 @@
 //! Notifications, configured and subscribed to as with Argo Rollouts' notifications engine:
 //! the ConfigMap `argo-rollouts-notification-configmap` and Secret
-//! `argo-rollouts-notification-secret` in the controller's namespace (watched), subscriptions
-//! by annotation on each Rollout, triggers named after the Rollout's events (`RolloutAborted`
-//! fires `on-rollout-aborted`), Go templates, and webhook, Slack, PagerDuty v2 and email services.
+//! `argo-rollouts-notification-secret` in the controller's namespace, watched (with
+//! `--self-service-notification-enabled`, the same pair in each Rollout's namespace too),
+//! subscriptions by annotation on each Rollout, triggers named after the Rollout's events
+//! (`RolloutAborted` fires `on-rollout-aborted`), Go templates, and webhook, Slack, Teams,
+//! PagerDuty v2 and email services.
 //!
 //! A reconcile only hands its events to [`Notifier::notify`], which never waits: conditions,
 //! rendering and sending happen on a task of their own, one Rollout's notifications in order,
