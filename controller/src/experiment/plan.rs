@@ -31,6 +31,8 @@ pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
 pub const DEFAULT_SCALE_DOWN_DELAY_SECONDS: i32 = 30;
 /// The `Progressing` condition's reason once the experiment succeeded (Argo's).
 pub const EXPERIMENT_COMPLETED_REASON: &str = "ExperimentCompleted";
+/// The most findings an invalid spec's message lists (status size is bounded).
+const MAX_FINDINGS_SHOWN: usize = 10;
 /// The experiment's message once every analysis required for completion succeeded (Argo's).
 pub const REQUIRED_ANALYSIS_COMPLETED_MESSAGE: &str = "Required AnalysisRuns completed";
 
@@ -309,14 +311,21 @@ fn invalid(
     now: Timestamp,
     plan: &mut Plan,
 ) {
+    let mut shown: Vec<String> = findings
+        .iter()
+        .take(MAX_FINDINGS_SHOWN)
+        .map(ToString::to_string)
+        .collect();
+    if findings.len() > MAX_FINDINGS_SHOWN {
+        shown.push(format!(
+            "and {} more",
+            findings.len().saturating_sub(MAX_FINDINGS_SHOWN)
+        ));
+    }
     let message = format!(
         "Experiment {} has an invalid spec: {}",
         experiment.name_any(),
-        findings
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
+        shown.join("; ")
     );
     set_condition(
         &mut plan.status,

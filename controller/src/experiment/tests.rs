@@ -824,3 +824,32 @@ fn a_template_short_of_its_pods_after_the_duration_waits_for_its_deadline_not_in
         "the progress deadline, not the end of the duration already past"
     );
 }
+
+#[test]
+fn a_spec_with_too_many_templates_or_findings_keeps_its_message_short() {
+    let many: Vec<Value> = (0..60).map(|i| template(&format!("t{i}"), 1)).collect();
+    let crowded = experiment(json!({"templates": many}));
+    let invalid = plan(&crowded, &Observed::default(), at(0));
+    assert_eq!(invalid.status.phase, Some(AnalysisPhase::Error));
+    assert!(
+        invalid
+            .status
+            .message
+            .contains("spec.templates: 60 templates, more than 50"),
+        "{}",
+        invalid.status.message
+    );
+    let mut labels = serde_json::Map::new();
+    for i in 0..40 {
+        labels.insert(format!("k{i}"), json!("v"));
+    }
+    let mut unmatched = template("canary", 1);
+    unmatched["selector"] = json!({"matchLabels": labels});
+    let unselected = experiment(json!({"templates": [unmatched]}));
+    let invalid = plan(&unselected, &Observed::default(), at(0));
+    assert!(
+        invalid.status.message.ends_with("; and 30 more"),
+        "{}",
+        invalid.status.message
+    );
+}

@@ -76,6 +76,10 @@ pub fn validate(experiment: &Experiment) -> Vec<FieldError> {
             "split the experiment",
         ));
     }
+    if spec.templates.len() > MAX_TEMPLATES || spec.analyses.len() > MAX_TEMPLATES {
+        // Not looked into one by one: that would cost as much as they do.
+        return findings;
+    }
     let mut names = BTreeSet::new();
     for (i, template) in spec.templates.iter().enumerate() {
         let path = format!("spec.templates[{i}]");
