@@ -10,8 +10,7 @@ use rollouts_crds::analysis::AnalysisPhase;
 use rollouts_crds::conditions::*;
 use rollouts_crds::rollout::{
     CanaryStep, CanaryStrategy, PauseCondition, ProgressType, ROLLOUT_TYPE_STEP,
-    ReplicaProgressThreshold, Rollout, RolloutCondition, RolloutStatus, TrafficWeights,
-    WeightDestination,
+    ReplicaProgressThreshold, Rollout, RolloutCondition, RolloutStatus,
 };
 
 use super::analysis_runs::{pending_pointer, record_run_phase};
@@ -167,8 +166,9 @@ impl<'a> Planner<'a> {
         if self.routed() {
             self.plan_traffic(&mut plan, &mut next, counts);
         } else {
+            // `status.canary.weights` records what routers hold: a basic canary leaves it as
+            // it is, as Argo's does (the weight its pods give is in the plan, for metrics).
             plan.canary_weight = self.canary_weight();
-            next.canary.weights = Some(self.weights(&next, plan.canary_weight));
         }
         plan.replica_set_metadata = super::ephemeral_metadata(
             self.canary.canary_metadata.as_ref(),
@@ -1022,25 +1022,6 @@ impl<'a> Planner<'a> {
         CanaryWeight {
             desired: self.desired_weight(),
             actual: actual_weight(canary_available, total_available),
-        }
-    }
-
-    /// The split in effect: for a basic canary, what the available pods give. The weight asked
-    /// for is the current step's (and [`Plan::canary_weight`]); nothing verifies a router.
-    fn weights(&self, next: &RolloutStatus, weight: CanaryWeight) -> TrafficWeights {
-        TrafficWeights {
-            canary: WeightDestination {
-                weight: weight.actual,
-                service_name: self.canary.canary_service.clone().unwrap_or_default(),
-                pod_template_hash: self.current_hash.clone(),
-            },
-            stable: WeightDestination {
-                weight: MAX_WEIGHT - weight.actual,
-                service_name: self.canary.stable_service.clone().unwrap_or_default(),
-                pod_template_hash: next.stable_rs.clone(),
-            },
-            additional: Vec::new(),
-            verified: None,
         }
     }
 }
