@@ -1,10 +1,12 @@
 //! `make demo` end to end: the `rollouts-demo` binary run as CI would (output not a terminal),
 //! against kube-sim, a real Prometheus, the built controller and the kubectl plugin. It must exit
 //! 0 having narrated both outcomes (the judge passing the good release, which is promoted; the
-//! judge calling the bad one High, which is rolled back), and leave no process behind; stopped
-//! by Ctrl-C half way, it must stop everything it started too.
+//! judge calling the bad one High, which is rolled back), with the dashboard's URL printed and
+//! its pages showing the Rollout while the story runs, and leave no process behind; stopped by
+//! Ctrl-C half way, it must stop everything it started too.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -197,12 +199,58 @@ impl Drop for Demo {
     }
 }
 
+/// `GET url` (an `http://host:port/path` URL) with HTTP/1.0: the status and the body.
+fn http_get(url: &str) -> (u16, String) {
+    let rest = url.trim_start_matches("http://");
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = TcpStream::connect(authority).expect("the dashboard answers");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a read timeout");
+    write!(stream, "GET /{path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").expect("send");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("a reply");
+    let status = reply
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {reply:?}"));
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
 #[test]
 fn the_demo_promotes_the_good_release_and_rolls_back_the_bad_one() {
     if !tools_present() {
         return;
     }
     let mut demo = Demo::start("full");
+    // The dashboard's URL is printed before the releases, and its pages show the Rollout while
+    // the story runs.
+    demo.wait_for_line("releasing 2.0.0", DEMO_DEADLINE);
+    let output = demo.output();
+    let url = output
+        .lines()
+        .find_map(|line| line.split("dashboard: ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the demo printed no dashboard URL:\n{output}"))
+        .to_string();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let (status, overview) = http_get(&url);
+    assert_eq!(status, 200, "{overview}");
+    assert!(
+        overview.contains("href=\"/rollouts/default/web\""),
+        "the overview does not list web:\n{overview}"
+    );
+    let (status, page) = http_get(&format!("{url}rollouts/default/web"));
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("⟳ web"),
+        "the Rollout page has no tree:\n{page}"
+    );
     let status = demo.wait(DEMO_DEADLINE);
     let output = demo.output();
     assert!(status.success(), "the demo failed ({status}):\n{output}");

@@ -25,6 +25,9 @@ struct Args {
     /// Where logs, kubeconfig and Prometheus data go (default: target/demo); emptied first.
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// After the story, keep everything running (the dashboard stays browsable) until Ctrl-C.
+    #[arg(long)]
+    hold: bool,
 }
 
 fn main() -> ExitCode {
@@ -45,5 +48,6 @@ fn main() -> ExitCode {
         plain: args.plain,
         repo: args.repo,
         work_dir: args.work_dir,
+        hold: args.hold,
     }))
 }

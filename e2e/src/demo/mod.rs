@@ -40,6 +40,9 @@ pub struct Options {
     pub repo: Option<PathBuf>,
     /// Where logs, kubeconfig and Prometheus data go (default: `target/demo/`); emptied first.
     pub work_dir: Option<PathBuf>,
+    /// After the story, keep everything running (the dashboard's pages stay browsable) until
+    /// Ctrl-C.
+    pub hold: bool,
 }
 
 /// Why the demo did not end as it should.
@@ -110,12 +113,13 @@ fn paths(options: &Options) -> Result<Paths, Failure> {
     })
 }
 
+/// Tells the story; returns the dashboard's URL once both releases ended as they should.
 async fn demo(
     options: &Options,
     paths: &Paths,
     processes: &mut Processes,
     screen: &mut Screen,
-) -> Result<(), Failure> {
+) -> Result<String, Failure> {
     setup::check_tools(paths, options.install_prometheus, screen).await?;
     let started = setup::start(paths, processes, screen).await?;
     let cluster = Cluster {
@@ -126,7 +130,8 @@ async fn demo(
     };
     story::Follow::new(paths, cluster, processes, screen)
         .tell()
-        .await
+        .await?;
+    Ok(started.dashboard)
 }
 
 /// Runs the demo; exit 0 only when both releases ended as they should.
@@ -165,10 +170,19 @@ pub async fn run(options: Options) -> ExitCode {
         });
         futures::future::select_all(waits).await.0
     };
+    tokio::pin!(interrupted);
     let outcome = tokio::select! {
         outcome = demo(&options, &paths, &mut processes, &mut screen) => outcome,
-        name = interrupted => Err(Failure::Interrupted(name)),
+        name = &mut interrupted => Err(Failure::Interrupted(name)),
     };
+    if let (Ok(dashboard), true) = (&outcome, options.hold) {
+        screen.say(
+            narration::Voice::Story,
+            &format!("the story is over; everything keeps running for the dashboard at {dashboard} until Ctrl-C"),
+        );
+        (&mut interrupted).await;
+    }
+    let outcome = outcome.map(|_| ());
     // The live view first, so the screen is still when it is handed back.
     processes.stop("watch").await;
     screen.finish();

@@ -1,6 +1,6 @@
 //! Getting the demo's world up: the tools it needs (kubectl, Prometheus, installed from Debian
-//! when possible), then kube-sim with our CRDs, a Prometheus scraping its pods, and the
-//! controller, each waited for with a deadline.
+//! when possible), then kube-sim with our CRDs, a Prometheus scraping its pods, the controller
+//! and the plugin's dashboard, each waited for with a deadline.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,6 +19,8 @@ use super::screen::Screen;
 const START_DEADLINE: Duration = Duration::from_secs(30);
 /// How often a starting program is asked whether it is ready.
 const READY_POLL: Duration = Duration::from_millis(200);
+/// The dashboard's own default port, used when it is free (else any free one).
+const DASHBOARD_PORT: u16 = 3100;
 
 /// Where things are: the checkout, our built binaries, and the demo's own folder of logs.
 #[derive(Clone, Debug)]
@@ -59,6 +61,8 @@ impl Paths {
 pub struct Started {
     pub api: SocketAddr,
     pub prometheus: SocketAddr,
+    /// The dashboard's page (`http://127.0.0.1:3100/`).
+    pub dashboard: String,
 }
 
 /// Fails with what to install when a tool the demo drives is missing.
@@ -175,7 +179,8 @@ async fn answers_ok(address: SocketAddr, path: &str) -> bool {
     matches!(cluster::get(address, path).await, Ok((200, _)))
 }
 
-/// Starts kube-sim, Prometheus and the controller, in that order, each once ready.
+/// Starts kube-sim, Prometheus, the controller and the dashboard, in that order, each once
+/// ready.
 pub async fn start(
     paths: &Paths,
     processes: &mut Processes,
@@ -276,7 +281,73 @@ pub async fn start(
         answers_ok(health, "/readyz")
     })
     .await?;
-    Ok(Started { api, prometheus })
+    let dashboard = start_dashboard(paths, processes, screen).await?;
+    Ok(Started {
+        api,
+        prometheus,
+        dashboard,
+    })
+}
+
+/// Starts `kubectl rollouts dashboard` on port 3100 when it is free (else on any free port);
+/// returns its page's URL once the page answers.
+async fn start_dashboard(
+    paths: &Paths,
+    processes: &mut Processes,
+    screen: &mut Screen,
+) -> Result<String, Failure> {
+    screen.say(
+        Voice::Story,
+        "starting the dashboard (kubectl rollouts dashboard) for the same story in a browser",
+    );
+    let port = if std::net::TcpListener::bind(("127.0.0.1", DASHBOARD_PORT)).is_ok() {
+        DASHBOARD_PORT
+    } else {
+        0
+    };
+    let mut command = paths.command("kubectl");
+    // --kubeconfig on the command line too, so the process names the demo's folder.
+    command
+        .args(["rollouts", "dashboard", "--port", &port.to_string()])
+        .arg("--kubeconfig")
+        .arg(paths.kubeconfig());
+    let log = paths.work_dir.join("dashboard.log");
+    let dashboard = processes.add(
+        Process::spawn("dashboard", command, &log, true)
+            .map_err(|e| Failure::Setup(e.to_string()))?,
+    );
+    let stdout = dashboard
+        .take_stdout()
+        .ok_or_else(|| Failure::Setup("the dashboard's output was not captured".to_string()))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(START_DEADLINE, lines.next_line()).await;
+    // "Dashboard of namespace default: http://127.0.0.1:3100/ (Ctrl-C to stop)"
+    let url = match &first {
+        Ok(Ok(Some(line))) => line
+            .split_whitespace()
+            .find(|word| word.starts_with("http://"))
+            .map(str::to_string),
+        _ => None,
+    };
+    let Some(url) = url else {
+        return Err(Failure::Setup(format!(
+            "the dashboard did not print its address within {START_DEADLINE:?} (it printed {first:?}); the end of {}:\n{}",
+            log.display(),
+            dashboard.log_tail(15)
+        )));
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let address: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|_| Failure::Setup(format!("the dashboard printed a bad address: {url}")))?;
+    wait_ready(processes, "dashboard", || answers_ok(address, "/")).await?;
+    screen.say(
+        Voice::Story,
+        &format!("dashboard: {url} (open it to watch the releases live in a browser)"),
+    );
+    Ok(url)
 }
 
 /// The checkout: the first of `starts` (and their parents) holding the demo's manifests.
