@@ -1,7 +1,8 @@
 //! `kubectl rollouts dashboard` through the real `kubectl` against an in-process kube-sim: the
 //! overview lists the Rollouts, a change made with kubectl arrives on the page's live stream,
 //! promote from the page promotes, and a user the API server forbids to patch gets the API's
-//! own message. No controller runs: the tests write status where a controller would.
+//! own message. Most tests write status where a controller would; one runs the real controller
+//! and has chromium plot the AnalysisRun it measured.
 
 mod support;
 
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
-use support::{DEADLINE, World, eventually, on_path};
+use support::{Controller, DEADLINE, World, eventually, metric_stub, on_path};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -672,6 +673,18 @@ impl Browser {
         text.as_str().map(String::from)
     }
 
+    /// How many elements match `css`.
+    async fn count(&self, css: &str) -> usize {
+        let found = self
+            .command(
+                "POST",
+                "/elements",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        found.as_array().map_or(0, Vec::len)
+    }
+
     async fn click(&self, css: &str) {
         let found = self
             .command(
@@ -892,6 +905,117 @@ async fn in_chromium_the_pages_update_live_and_the_buttons_act() {
     );
     browser.screenshot(&shots.join("analysis.png")).await;
     println!("screenshots in {}", shots.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_the_real_controllers_analysis_run_is_plotted() {
+    assert!(
+        on_path("chromium") && on_path("chromedriver"),
+        "chromium and chromedriver are not on PATH: install Debian's chromium and chromium-driver (.ci/run does)"
+    );
+    let world = world("controller-run");
+    let _controller = Controller::start(&world.kubeconfig());
+    // Given: a web metric the controller measures three times, a second apart.
+    let (stub, asked) = metric_stub(vec![
+        json!({"rate": 0.99}),
+        json!({"rate": 0.97}),
+        json!({"rate": 0.96}),
+    ]);
+    world
+        .sim
+        .create(
+            "default",
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "AnalysisTemplate",
+                "metadata": {"name": "success-rate", "namespace": "default"},
+                "spec": {"metrics": [{
+                    "name": "success-rate", "interval": "1s", "count": 3,
+                    "successCondition": "result >= 0.95",
+                    "provider": {"web": {"url": format!("{stub}/rate"), "jsonPath": "{$.rate}"}}
+                }]}
+            }),
+        )
+        .expect("seed the template");
+    let mut web = rollout("web", "web:1");
+    web["spec"]["strategy"]["canary"]["steps"] = json!([
+        {"setWeight": 50},
+        {"analysis": {"templates": [{"templateName": "success-rate"}]}},
+        {"pause": {}}
+    ]);
+    world.sim.create("default", web).expect("seed web");
+    eventually("web Healthy", async || {
+        (world.rollout("web").await["status"]["phase"] == "Healthy").then_some(())
+    })
+    .await;
+
+    // When: a new image starts the canary, whose analysis step the controller runs.
+    let container = world.rollout("web").await["spec"]["template"]["spec"]["containers"][0]["name"]
+        .as_str()
+        .expect("a container name")
+        .to_string();
+    let set = world
+        .kubectl(
+            &world.kubeconfig(),
+            &[
+                "rollouts",
+                "set",
+                "image",
+                "web",
+                &format!("{container}=web:2"),
+            ],
+        )
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let runs = Api::<DynamicObject>::namespaced_with(
+        world.client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "AnalysisRun"),
+            "analysisruns",
+        ),
+    );
+    let (run, measured) = eventually("the controller's run to finish", async || {
+        let listed = runs.list(&Default::default()).await.ok()?;
+        let run = listed.items.into_iter().next()?;
+        let status = &run.data["status"];
+        (status["phase"] == "Successful").then_some(())?;
+        let measured = status["metricResults"][0]["measurements"].as_array()?.len();
+        Some((run.metadata.name.clone()?, measured))
+    })
+    .await;
+    assert_eq!(measured, 3, "the run measured {measured} times");
+    assert!(asked.lock().expect("paths").len() >= 3);
+
+    // Then: its page plots each of the controller's measurements.
+    let kubeconfig = world.kubeconfig();
+    let dashboard = dashboard(&world, &kubeconfig);
+    let browser = Browser::start(&world.dir).await;
+    browser
+        .open(&format!(
+            "http://{}/rollouts/default/web/analysis",
+            dashboard.authority
+        ))
+        .await;
+    let section = eventually("the run's chart", async || {
+        browser
+            .text("section.run")
+            .await
+            .filter(|t| t.contains(&run) && t.contains("success-rate: Successful"))
+    })
+    .await;
+    assert!(section.contains("Successful"), "{section}");
+    let points = browser.count("section.run figure.metric svg circle").await;
+    assert_eq!(points, measured, "one marker per measurement");
+    let shots = screenshot_dir();
+    browser
+        .screenshot(&shots.join("analysis-controller.png"))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,9 +10,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -21,7 +18,7 @@ use kube::api::{Api, ListParams};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun};
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
 use serde_json::{Value, json};
-use support::{Controller, NAMESPACE, World, eventually_within};
+use support::{Controller, NAMESPACE, World, eventually_within, metric_stub};
 
 // A deadline, not a timing: the suite shares two cores with builds and other tests.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -277,44 +274,10 @@ async fn pause_resume_and_undo_drive_the_controller() {
     assert_eq!(world.healthy("shop", 4).await, v1);
 }
 
-/// An HTTP stub on a loopback port answering every request with `body`; the request paths it
-/// received are kept in order.
-fn metric_stub(body: Value) -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    let url = format!("http://{}", listener.local_addr().expect("address"));
-    let paths = Arc::new(Mutex::new(Vec::new()));
-    let seen = paths.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
-            let mut request_line = String::new();
-            if reader.read_line(&mut request_line).is_err() {
-                continue;
-            }
-            // The headers end at a blank line; a GET has no body to read.
-            let mut header = String::new();
-            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
-                header.clear();
-            }
-            if let Some(path) = request_line.split_whitespace().nth(1) {
-                seen.lock().expect("paths").push(path.to_string());
-            }
-            let text = body.to_string();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-                text.len()
-            );
-        }
-    });
-    (url, paths)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_analysisrun_starts_a_run_the_controller_measures() {
     let world = Live::start("create-run");
-    let (stub, paths) = metric_stub(json!({"rate": 0.99}));
+    let (stub, paths) = metric_stub(vec![json!({"rate": 0.99})]);
     world
         .sim
         .create(

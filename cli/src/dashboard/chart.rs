@@ -264,7 +264,9 @@ pub fn render_svg(chart: &MetricChart) -> Result<Option<String>, String> {
         .max(low.abs().max(high.abs()) * 0.05)
         .max(1e-9);
     low -= pad;
-    high += pad;
+    // Headroom above the data for the legend (drawn in the upper right), so it never hides
+    // a measurement's marker.
+    high += pad + (high - low) * 0.35;
     let last = chart
         .series
         .iter()
@@ -320,6 +322,7 @@ pub fn render_svg(chart: &MetricChart) -> Result<Option<String>, String> {
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], THRESHOLD));
         }
         plot.configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()

@@ -6,10 +6,11 @@
 // Each test file is its own crate and uses a different subset of these helpers.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
@@ -388,4 +389,42 @@ impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.command(&["kill-server"]);
     }
+}
+
+/// A loopback HTTP server a web metric can measure: each GET is answered with the next of
+/// `bodies` (the last one again once they are used up). Returns its URL and the paths asked.
+pub fn metric_stub(bodies: Vec<Value>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let seen = paths.clone();
+    std::thread::spawn(move || {
+        for (served, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).is_err() {
+                continue;
+            }
+            // The headers end at a blank line; a GET has no body to read.
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                header.clear();
+            }
+            if let Some(path) = request_line.split_whitespace().nth(1) {
+                seen.lock().expect("paths").push(path.to_string());
+            }
+            let text = bodies
+                .get(served)
+                .or(bodies.last())
+                .map(Value::to_string)
+                .unwrap_or_default();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            );
+        }
+    });
+    (url, paths)
 }
