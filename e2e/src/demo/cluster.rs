@@ -145,11 +145,27 @@ impl Snapshot {
             .map_or(&[], Vec::as_slice)
     }
 
-    /// The canary weight the controller reports (status.canary.weights).
+    /// The canary's weight: what the routers hold (`status.canary.weights`), else, for a canary
+    /// without a router (whose status records none, as Argo's), the share of available pods
+    /// the current revision has (rounded down), during an update only.
     pub fn canary_weight(&self) -> Option<i64> {
-        self.rollout
+        if let Some(weight) = self
+            .rollout
             .pointer("/status/canary/weights/canary/weight")
             .and_then(Value::as_i64)
+        {
+            return Some(weight);
+        }
+        let current = self.current_hash();
+        if current.is_empty() || current == self.stable_hash() {
+            return None;
+        }
+        let total: i64 = self
+            .replica_sets
+            .iter()
+            .map(|rs| number(rs, "/status/availableReplicas"))
+            .sum();
+        (total > 0).then(|| self.available(current).saturating_mul(100) / total)
     }
 
     /// The step analysis the Rollout points at: (run name, status).
