@@ -853,3 +853,27 @@ fn a_spec_with_too_many_templates_or_findings_keeps_its_message_short() {
         invalid.status.message
     );
 }
+
+#[test]
+fn every_experiment_in_the_examples_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("reads examples/") {
+        let path = entry.expect("an entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("reads the example");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for doc in docs.into_iter().filter(|d| d["kind"] == "Experiment") {
+            let mut experiment: Experiment =
+                serde_json::from_value(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            experiment.metadata.namespace = Some("shop".into());
+            let findings = super::validation::validate(&experiment);
+            assert!(findings.is_empty(), "{}: {findings:?}", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "examples/ holds an Experiment");
+}
