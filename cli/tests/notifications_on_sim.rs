@@ -225,3 +225,83 @@ async fn templates_and_triggers_are_printed_previewed_sent_and_run_against_a_liv
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_template_sees_the_analysis_runs_of_the_rollouts_current_revision() {
+    let world = World::start("notifications", "runs");
+    let configmap: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "argo-rollouts-notification-configmap", "namespace": NAMESPACE},
+        "data": {
+            "template.runs": "message: '{{range .analysisRuns}}{{.metadata.name}};{{end}}'\n",
+        }
+    }))
+    .expect("a ConfigMap");
+    Api::<ConfigMap>::namespaced(world.client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &configmap)
+        .await
+        .expect("creates the ConfigMap");
+    world
+        .create_raw(
+            &format!("/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/rollouts"),
+            &json!({
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Rollout",
+                "metadata": {
+                    "name": "web",
+                    "namespace": NAMESPACE,
+                    "annotations": {"rollout.argoproj.io/revision": "2"}
+                },
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "web", "image": "web:2"}]}
+                    },
+                    "strategy": {"canary": {"steps": [{"setWeight": 50}]}}
+                }
+            }),
+        )
+        .await;
+    world
+        .patch_status("web", json!({"currentPodHash": "6f8b9c"}))
+        .await;
+    // Only the run of the current hash and revision is the template's, as in Argo.
+    for (name, hash, revision) in [
+        ("web-6f8b9c-2-0", "6f8b9c", "2"),
+        ("web-6f8b9c-1-0", "6f8b9c", "1"),
+        ("web-5d4c3b-2-0", "5d4c3b", "2"),
+    ] {
+        world
+            .create_raw(
+                &format!("/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/analysisruns"),
+                &json!({
+                    "apiVersion": "argoproj.io/v1alpha1",
+                    "kind": "AnalysisRun",
+                    "metadata": {
+                        "name": name,
+                        "namespace": NAMESPACE,
+                        "labels": {"rollouts-pod-template-hash": hash},
+                        "annotations": {"rollout.argoproj.io/revision": revision}
+                    },
+                    "spec": {"metrics": [{"name": "m", "provider": {"job": {"spec": {"template": {"spec": {"containers": []}}}}}}]}
+                }),
+            )
+            .await;
+    }
+    let printed = kubectl_rollouts(
+        &world,
+        &[
+            "notifications",
+            "template",
+            "notify",
+            "runs",
+            "web",
+            "--secret",
+            ":empty",
+        ],
+    )
+    .await;
+    let printed: Value = serde_saphyr::from_str(&printed).expect("YAML");
+    assert_eq!(printed["message"], "web-6f8b9c-2-0;");
+}
