@@ -429,3 +429,67 @@ async fn create_analysisrun_starts_a_run_the_controller_measures() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_list_and_terminate_an_experiment_the_controller_runs() {
+    let world = Live::start("experiment");
+    let template = |role: &str, image: &str| {
+        json!({
+            "name": role,
+            "selector": {"matchLabels": {"app": "fresh", "role": role}},
+            "template": {
+                "metadata": {"labels": {"app": "fresh", "role": role}},
+                "spec": {"containers": [{"name": "app", "image": image}]}
+            }
+        })
+    };
+    world
+        .sim
+        .create(
+            NAMESPACE,
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Experiment",
+                "metadata": {"name": "fresh", "namespace": NAMESPACE},
+                "spec": {
+                    "scaleDownDelaySeconds": 0,
+                    "templates": [template("baseline", "app:v1"), template("canary", "app:v2")]
+                }
+            }),
+        )
+        .expect("seed the experiment");
+
+    // The controller runs both templates: the tree shows them Running with a ready pod each.
+    let running = eventually("the experiment Running with two ready pods", async || {
+        let out = world.ok(&["get", "experiment", "fresh", "--no-color"]);
+        let ready = out.matches("ready:1/1").count();
+        (out.contains("Status:          ◌ Running") && ready == 2).then_some(out)
+    })
+    .await;
+    for image in ["app:v1 (Σ:baseline)", "app:v2 (Σ:canary)"] {
+        assert!(running.contains(image), "{running}");
+    }
+    assert!(running.contains("├──⧉ fresh-baseline "), "{running}");
+    assert!(running.contains("└──⧉ fresh-canary "), "{running}");
+    let listed = world.ok(&["list", "experiments"]);
+    let row: Vec<&str> = listed
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..4], ["fresh", "Running", "-", "-"], "{listed}");
+
+    // Terminated, it ends Successful and its ReplicaSets are scaled down at once.
+    assert_eq!(
+        world.ok(&["terminate", "experiment", "fresh"]),
+        "experiment 'fresh' terminated\n"
+    );
+    let ended = eventually("the experiment ended and scaled down", async || {
+        let out = world.ok(&["get", "experiment", "fresh", "--no-color"]);
+        let scaled_down = out.matches("• ScaledDown").count();
+        (out.contains("Status:          ✔ Successful") && scaled_down == 2).then_some(out)
+    })
+    .await;
+    assert!(!ended.contains("Images:"), "no template runs now: {ended}");
+}
