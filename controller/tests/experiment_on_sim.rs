@@ -4,8 +4,9 @@
 //! to zero and its Service away, after which it is never written again; `terminate` ends one
 //! early (Successful, as in Argo); a failing required analysis ends one Failed and a passing one
 //! ends one Successful; a bad template, an Experiment that does not decode or a missing
-//! AnalysisTemplate ends one in Error naming the field; an Experiment Argo left running (its ReplicaSet, hash and status) is continued
-//! without anything created again.
+//! AnalysisTemplate ends one in Error naming the field; a template whose pods never become ready
+//! fails one at its progress deadline; an Experiment Argo left running (its ReplicaSet, hash and
+//! status) is continued without anything created again.
 
 mod support;
 
@@ -627,4 +628,32 @@ async fn an_experiment_argo_left_running_is_continued_without_creating_anything(
         .map(|r| format!("{r:?}"))
         .collect();
     assert!(creates.is_empty(), "nothing created again: {creates:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_whose_pods_never_become_ready_fails_at_its_progress_deadline() {
+    let h = Harness::start("rollouts-experiment", &["--log-level", "info"]).await;
+    let mut stuck = template("canary", 1);
+    stuck["template"]["metadata"]["annotations"] = json!({"sim.rollouts.dev/never-ready": "true"});
+    h.create_experiment(
+        "stuck",
+        json!({
+            "duration": "1h",
+            "progressDeadlineSeconds": 2,
+            "scaleDownDelaySeconds": 0,
+            "templates": [template("baseline", 1), stuck],
+        }),
+    )
+    .await;
+    // Nothing changes once its pod exists: only the deadline, looked at when due, ends it.
+    let status = h.wait_phase("stuck", AnalysisPhase::Failed).await;
+    assert_eq!(
+        status.message,
+        "Template 'canary' exceeded its progressDeadlineSeconds (2)"
+    );
+    assert!(status.available_at.is_none(), "it never became available");
+    for name in ["stuck-baseline", "stuck-canary"] {
+        h.wait_replica_set(name, "scaled to zero", |rs| spec_replicas(rs) == 0)
+            .await;
+    }
 }
