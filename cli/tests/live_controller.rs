@@ -493,3 +493,62 @@ async fn get_list_and_terminate_an_experiment_the_controller_runs() {
     .await;
     assert!(!ended.contains("Images:"), "no template runs now: {ended}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_rollout_draws_the_experiment_of_an_experiment_step() {
+    let world = Live::start("experiment-step");
+    let mut web = rollout("web", "app:v1");
+    web["spec"]["strategy"]["canary"]["steps"] = json!([
+        {"experiment": {"duration": "1h", "templates": [
+            {"name": "baseline", "specRef": "stable"},
+            {"name": "canary", "specRef": "canary"}
+        ]}},
+        {"pause": {}}
+    ]);
+    world.sim.create(NAMESPACE, web).expect("seed the rollout");
+    let v1 = world.healthy("web", 4).await;
+    world.ok(&["set", "image", "web", "app=app:v2"]);
+    world.new_revision("web", &v1).await;
+
+    // The step's Experiment, its two ReplicaSets and their pods, under revision 2.
+    let out = eventually("the step's experiment in the tree", async || {
+        let out = world.ok(&["get", "rollout", "web", "--no-color"]);
+        let running = out
+            .lines()
+            .any(|l| l.contains("Σ web-") && l.contains("Experiment") && l.contains("Running"));
+        let ready = out
+            .lines()
+            .filter(|l| l.contains("-2-0-baseline-") || l.contains("-2-0-canary-"))
+            .filter(|l| l.contains("Pod") && l.contains("ready:1/1"))
+            .count();
+        (running && ready == 2).then_some(out)
+    })
+    .await;
+    let lines: Vec<&str> = out.lines().collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in:\n{out}"))
+    };
+    let (revision_2, experiment, revision_1) =
+        (at("# revision:2"), at("Σ web-"), at("# revision:1"));
+    assert!(revision_2 < experiment && experiment < revision_1, "{out}");
+    for template in ["-2-0-baseline ", "-2-0-canary "] {
+        assert!(
+            lines[experiment + 1..revision_1]
+                .iter()
+                .any(|l| l.contains("⧉ web-") && l.contains(template)),
+            "the{template}ReplicaSet is drawn under the experiment: {out}"
+        );
+    }
+    // Promoted past the step, the experiment is terminated and ends.
+    world.ok(&["promote", "web", "--full"]);
+    eventually("the experiment to end", async || {
+        let out = world.ok(&["get", "rollout", "web", "--no-color"]);
+        out.lines()
+            .any(|l| l.contains("Σ web-") && !l.contains("Running"))
+            .then_some(())
+    })
+    .await;
+}
