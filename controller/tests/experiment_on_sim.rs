@@ -323,15 +323,21 @@ async fn a_standalone_experiment_runs_its_duration_then_scales_down_and_rests() 
         "the Service is deleted"
     );
 
-    // At rest: an experiment the controller handled after this one finished (a bad one, which
-    // ends at once) leaves it unread and unwritten.
+    // At rest: between two experiments the controller handled after this one finished (bad
+    // ones, which end at once), it is neither read nor written.
+    let barrier = |name: &'static str| {
+        let mut bad = template("bad", 1);
+        bad["selector"] = json!({"matchLabels": {"app": "other"}});
+        let h = &h;
+        async move {
+            h.create_experiment(name, json!({"templates": [bad]})).await;
+            h.wait_phase(name, AnalysisPhase::Error).await;
+        }
+    };
+    barrier("barrier-1").await;
     let writes = h.status_writes("fresh");
     let requests = h.requests_about("fresh");
-    let mut bad = template("bad", 1);
-    bad["selector"] = json!({"matchLabels": {"app": "other"}});
-    h.create_experiment("barrier", json!({"templates": [bad]}))
-        .await;
-    h.wait_phase("barrier", AnalysisPhase::Error).await;
+    barrier("barrier-2").await;
     assert_eq!(h.status_writes("fresh"), writes, "no status write at rest");
     assert_eq!(
         h.requests_about("fresh"),
