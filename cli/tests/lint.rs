@@ -129,13 +129,13 @@ fn a_missing_file_is_reported_on_stderr() {
     );
 }
 
-/// Argo Rollouts' own lint fixtures, when `ARGO_ROLLOUTS_DIR` points at its source tree.
+/// Argo Rollouts' own lint fixtures, when `ARGO_ROLLOUTS_SRC` points at its source tree.
 /// Its valid manifests must have no error except routers this controller does not run; each of
 /// its invalid ones must have an error of another kind.
 #[test]
 fn argo_lint_fixtures_agree_when_available() {
-    let Some(argo) = std::env::var_os("ARGO_ROLLOUTS_DIR") else {
-        eprintln!("ARGO_ROLLOUTS_DIR is not set; skipping Argo's lint fixtures");
+    let Some(argo) = std::env::var_os("ARGO_ROLLOUTS_SRC") else {
+        eprintln!("ARGO_ROLLOUTS_SRC is not set; skipping Argo's lint fixtures");
         return;
     };
     let testdata = Path::new(&argo).join("pkg/kubectl-argo-rollouts/cmd/lint/testdata");
