@@ -233,7 +233,8 @@ fn experiment_to_create(
 }
 
 /// Argo's `calculateWeightDestinationsFromExperiment`: each template of the step with a
-/// `weight`, at the Service and pod-template hash its status reports.
+/// `weight`, at the Service and pod-template hash its status reports; one whose Service the
+/// status does not report yet gets no traffic until it does.
 fn destinations(
     step: &RolloutExperimentStep,
     experiment: &ObservedExperiment,
@@ -247,6 +248,9 @@ fn destinations(
                 .iter()
                 .find(|t| t.name == template.name)?
                 .weight?;
+            if template.service_name.is_empty() {
+                return None;
+            }
             Some(WeightDestination {
                 weight,
                 service_name: template.service_name.clone(),
@@ -716,6 +720,18 @@ mod tests {
             world.status().canary.weights.as_ref().unwrap().additional,
             traffic.additional
         );
+        // A template whose Service the status does not report yet gets no traffic.
+        world.experiment(&name).templates[1].service_name.clear();
+        let plan = world.step();
+        let services: Vec<&str> = plan
+            .traffic
+            .as_ref()
+            .unwrap()
+            .additional
+            .iter()
+            .map(|d| d.service_name.as_str())
+            .collect();
+        assert_eq!(services, vec![format!("{name}-baseline").as_str()]);
         // Finished: the experiment templates lose their traffic.
         world.set_phase(&name, AnalysisPhase::Successful, "");
         let plan = world.step();
