@@ -1019,6 +1019,119 @@ async fn in_chromium_the_real_controllers_analysis_run_is_plotted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollout_page_draws_its_experiment_and_streams_its_changes() {
+    let world = world("experiment");
+    let created = world
+        .sim
+        .create("default", rollout("web", "web:1"))
+        .expect("seed web");
+    world.patch_status("web", paused_at_step_one()).await;
+    let owner = |object: &Value| {
+        json!([{"apiVersion": object["apiVersion"], "kind": object["kind"],
+                "name": object["metadata"]["name"], "uid": object["metadata"]["uid"],
+                "controller": true}])
+    };
+    let experiment = world
+        .sim
+        .create(
+            "default",
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "Experiment",
+                "metadata": {"name": "web-bbb-2-0", "namespace": "default",
+                             "annotations": {"rollout.argoproj.io/revision": "2"},
+                             "ownerReferences": owner(&created)},
+                "spec": {"templates": [{"name": "canary",
+                    "selector": {"matchLabels": {"app": "web", "role": "canary"}},
+                    "template": {"metadata": {"labels": {"app": "web", "role": "canary"}},
+                                 "spec": {"containers": [{"name": "main", "image": "web:2"}]}}}]}
+            }),
+        )
+        .expect("seed the experiment");
+    world
+        .sim
+        .create(
+            "default",
+            json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": "web-bbb-2-0-canary", "namespace": "default",
+                             "labels": {"app": "web", "role": "canary"},
+                             "annotations": {"experiment.argoproj.io/template-name": "canary"},
+                             "ownerReferences": owner(&experiment)},
+                "spec": {"replicas": 1,
+                         "selector": {"matchLabels": {"app": "web", "role": "canary"}},
+                         "template": {"metadata": {"labels": {"app": "web", "role": "canary"}},
+                                      "spec": {"containers": [{"name": "main", "image": "web:2"}]}}}
+            }),
+        )
+        .expect("seed the experiment's ReplicaSet");
+    let experiments = Api::<DynamicObject>::namespaced_with(
+        world.client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Experiment"),
+            "experiments",
+        ),
+    );
+    let set_phase = async |phase: &str| {
+        experiments
+            .patch_status(
+                "web-bbb-2-0",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": phase}})),
+            )
+            .await
+            .expect("experiment status");
+    };
+    set_phase("Running").await;
+
+    let kubeconfig = world.kubeconfig();
+    let dashboard = dashboard(&world, &kubeconfig);
+    // The page draws the experiment under revision 2, its ReplicaSet and pod under it.
+    let page = eventually("the experiment's pod in the page", async || {
+        let (_, page) = dashboard.get("/rollouts/default/web").await;
+        page.contains("□ web-bbb-2-0-canary-").then_some(page)
+    })
+    .await;
+    let tree = page
+        .split("<pre class=\"tree\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("no tree in the page: {page}"));
+    let at = |needle: &str| {
+        tree.lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in the tree:\n{tree}"))
+    };
+    assert!(at("# revision:2") < at("Σ web-bbb-2-0 "), "{tree}");
+    assert!(at("Σ web-bbb-2-0 ") < at("⧉ web-bbb-2-0-canary"), "{tree}");
+    assert!(
+        tree.lines()
+            .nth(at("Σ web-bbb-2-0 "))
+            .is_some_and(|l| l.contains("◌ Running"))
+    );
+
+    // When the experiment ends, the page's stream carries the new tree.
+    let live = dashboard
+        .stream("/events/rollouts/default/web?page=detail")
+        .await;
+    eventually("the stream's response head", async || {
+        live.lock()
+            .expect("text")
+            .contains("text/event-stream")
+            .then_some(())
+    })
+    .await;
+    set_phase("Successful").await;
+    eventually("the ended experiment on the stream", async || {
+        let text = live.lock().expect("text").clone();
+        text.lines()
+            .any(|l| l.contains("Σ web-bbb-2-0 ") && l.contains("✔ Successful"))
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_rollouts_are_listed_and_one_change_is_streamed_alone() {
     const COUNT: usize = 1000;
     let world = world("thousand");
