@@ -123,6 +123,7 @@ pub const SCALE_DOWN_PROGRESSIVELY: &str = "progressively";
 pub struct RolloutSpec {
     /// Desired pods; defaults to 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 1))]
     pub replicas: Option<i32>,
     /// Label selector for pods; must match the template's labels. Optional with `workloadRef`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

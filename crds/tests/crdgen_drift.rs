@@ -182,3 +182,30 @@ fn rollout_crd_matches_argo_names_and_subresources() {
         Some(&Value::Bool(true))
     );
 }
+
+/// `spec.replicas` defaults to 1 in the schema, so the API server stores 1 for a Rollout that
+/// leaves it out and the scale subresource (and an HPA) read what the controller assumes;
+/// the Rust type keeps it optional, so a manifest without it round-trips unchanged.
+#[test]
+fn rollout_replicas_default_to_one_in_the_schema_only() {
+    let rendered = render_all().expect("every CRD serialises to YAML");
+    let (_, yaml) = rendered
+        .iter()
+        .find(|(file, _)| file == "rollouts.argoproj.io.yaml")
+        .expect("the Rollout CRD");
+    let crd: Value = serde_saphyr::from_str(yaml).expect("the Rollout CRD parses");
+    let replicas = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["replicas"];
+    assert_eq!(replicas["default"], 1, "{replicas}");
+    let manifest = serde_json::json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "web"},
+        "spec": {"template": {"metadata": {"labels": {"app": "web"}}}}
+    });
+    let rollout: rollouts_crds::rollout::Rollout =
+        serde_json::from_value(manifest.clone()).expect("a Rollout");
+    assert_eq!(
+        serde_json::to_value(&rollout).expect("serialises")["spec"],
+        manifest["spec"]
+    );
+}
