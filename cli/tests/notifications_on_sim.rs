@@ -233,6 +233,7 @@ async fn a_template_sees_the_analysis_runs_of_the_rollouts_current_revision() {
         "metadata": {"name": "argo-rollouts-notification-configmap", "namespace": NAMESPACE},
         "data": {
             "template.runs": "message: '{{range .analysisRuns}}{{.metadata.name}};{{end}}'\n",
+            "trigger.on-current-run": "- when: len(analysisRuns) == 1 && analysisRuns[0].metadata.name == 'web-6f8b9c-2-0'\n  send: [runs]\n",
         }
     }))
     .expect("a ConfigMap");
@@ -304,4 +305,22 @@ async fn a_template_sees_the_analysis_runs_of_the_rollouts_current_revision() {
     .await;
     let printed: Value = serde_saphyr::from_str(&printed).expect("YAML");
     assert_eq!(printed["message"], "web-6f8b9c-2-0;");
+    // A trigger's condition sees them too.
+    let run = kubectl_rollouts(
+        &world,
+        &[
+            "notifications",
+            "trigger",
+            "run",
+            "on-current-run",
+            "web",
+            "--secret",
+            ":empty",
+        ],
+    )
+    .await;
+    assert!(
+        run.lines().nth(1).is_some_and(|l| l.ends_with("  true")),
+        "{run}"
+    );
 }

@@ -1096,3 +1096,71 @@ async fn without_self_service_a_rollouts_own_namespace_configures_nothing() {
         "the Rollout's namespace's ConfigMap is not read without the flag"
     );
 }
+
+#[tokio::test]
+async fn a_trigger_and_its_template_see_the_analysis_runs_of_the_aborted_revision() {
+    let cluster = Cluster::start("analysis-runs");
+    let receiver = Receiver::start(&[], 200, "{}").await;
+    // A web metric that fails its first measurement.
+    let metric = Receiver::start(&[], 200, r#"{"value": 1}"#).await;
+    cluster
+        .create_template(json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "AnalysisTemplate",
+            "metadata": {"name": "never-good", "namespace": NAMESPACE},
+            "spec": {"metrics": [{
+                "name": "value",
+                "count": 1,
+                "successCondition": "result > 1",
+                "provider": {"web": {"url": format!("{}/metric", metric.url), "jsonPath": "{$.value}"}}
+            }]}
+        }))
+        .await;
+    cluster
+        .configure(
+            json!({
+                "service.webhook.ops": format!("url: {}\n", receiver.url),
+                "trigger.on-rollout-aborted": "- when: len(analysisRuns) > 0 && analysisRuns[0].status.phase == 'Failed'\n  send: [aborted-by-analysis]\n",
+                "template.aborted-by-analysis": "message: aborted\nwebhook:\n  ops:\n    method: POST\n    body: '{{range .analysisRuns}}{{.metadata.name}}={{.status.phase}};{{end}}'\n",
+            }),
+            json!({}),
+        )
+        .await;
+    let _controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    let mut rollout = canary_rollout(
+        "judged",
+        2,
+        "app:v1",
+        json!([{"setWeight": 50}, {"analysis": {"templates": [{"templateName": "never-good"}]}}]),
+    );
+    rollout.metadata.annotations = Some(
+        [(
+            "notifications.argoproj.io/subscribe.on-rollout-aborted.ops".to_string(),
+            String::new(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    cluster.create_rollout(rollout).await;
+    cluster.wait_healthy(DEADLINE, "judged", 2).await;
+    cluster.set_image("judged", "app:v2").await;
+    let message = eventually(DEADLINE, "the abort, with its failed run", || async {
+        receiver.accepted().first().cloned()
+    })
+    .await;
+    let status = cluster.status("judged").await;
+    assert!(status.abort, "aborted by the failed analysis");
+    let runs: Vec<&str> = message.body.split_terminator(';').collect();
+    assert_eq!(
+        runs.len(),
+        1,
+        "the current revision's one run: {}",
+        message.body
+    );
+    let (name, phase) = runs[0].split_once('=').expect("name=phase");
+    assert!(
+        name.starts_with(&format!("judged-{}-", status.current_pod_hash)),
+        "{name}"
+    );
+    assert_eq!(phase, "Failed");
+}

@@ -182,7 +182,13 @@ pub async fn run(flags: &KubeFlags, command: &Command) -> Result<()> {
                         notify::trigger_names(&config).join(", ")
                     ))
                 })?;
-            print!("{}", trigger_results(&conditions, &rollout)?);
+            let runs = if conditions.iter().any(|c| c.when.contains("analysisRuns")) {
+                let cluster = connected(flags, &mut cluster).await?;
+                notify::analysis_runs(&cluster.client, &cluster.namespace, &rollout).await
+            } else {
+                None
+            };
+            print!("{}", trigger_results(&conditions, &rollout, runs.as_ref())?);
         }
     }
     Ok(())
@@ -437,19 +443,27 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     out
 }
 
-/// `trigger run`'s output: each condition and whether it holds for `rollout`. A condition
-/// without `when` holds, as the controller sends it on every event of its trigger.
-pub fn trigger_results(conditions: &[TriggerCondition], rollout: &Value) -> Result<String> {
-    let bound = rollouts_analysis::condition::from_json(rollout);
+/// `trigger run`'s output: each condition and whether it holds for `rollout` (with `runs` as
+/// `analysisRuns`). A condition without `when` holds, as the controller sends it on every event
+/// of its trigger.
+pub fn trigger_results(
+    conditions: &[TriggerCondition],
+    rollout: &Value,
+    runs: Option<&Value>,
+) -> Result<String> {
+    let bound = [
+        ("rollout", rollouts_analysis::condition::from_json(rollout)),
+        (
+            "analysisRuns",
+            rollouts_analysis::condition::from_json(runs.unwrap_or(&Value::Null)),
+        ),
+    ];
     let mut rows = Vec::new();
     for condition in conditions {
         let result = if condition.when.is_empty() {
             "true".to_string()
         } else {
-            match rollouts_analysis::condition::eval_condition_over(
-                &[("rollout", bound.clone())],
-                &condition.when,
-            ) {
+            match rollouts_analysis::condition::eval_condition_over(&bound, &condition.when) {
                 Ok(holds) => holds.to_string(),
                 Err(error) => format!("false ({error})"),
             }
@@ -542,13 +556,13 @@ mod tests {
     fn trigger_run_says_which_conditions_hold_for_the_rollout() {
         let config = config();
         let conditions = notify::trigger_conditions(&config, "on-purple").expect("configured");
-        let purple = trigger_results(&conditions, &rollout("argoproj/rollouts-demo:purple"))
+        let purple = trigger_results(&conditions, &rollout("argoproj/rollouts-demo:purple"), None)
             .expect("evaluates");
         assert!(
             purple.lines().nth(1).is_some_and(|l| l.ends_with("  true")),
             "{purple}"
         );
-        let blue = trigger_results(&conditions, &rollout("argoproj/rollouts-demo:blue"))
+        let blue = trigger_results(&conditions, &rollout("argoproj/rollouts-demo:blue"), None)
             .expect("evaluates");
         assert!(
             blue.lines().nth(1).is_some_and(|l| l.ends_with("  false")),
@@ -556,7 +570,7 @@ mod tests {
         );
         let built_in = notify::trigger_conditions(&config, "on-rollout-aborted").expect("built in");
         assert_eq!(
-            trigger_results(&built_in, &rollout("x")).expect("evaluates"),
+            trigger_results(&built_in, &rollout("x"), None).expect("evaluates"),
             "CONDITION  RESULT\n           true\n"
         );
     }

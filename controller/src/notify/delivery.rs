@@ -645,14 +645,14 @@ async fn deliver(shared: &Shared, job: Job) {
     };
     let key = job.key();
     for (index, condition) in conditions.iter().enumerate() {
-        if !condition.when.is_empty() && !holds(&job, &condition.when).await {
+        if !condition.when.is_empty() && !holds(shared, &job, &condition.when).await {
             continue;
         }
         let condition_key = format!("[{index}].{}", sha1_base64(&condition.when));
         let destination = &job.destination;
         let once = match condition.once_per.as_str() {
             "" => job.occurrence.clone(),
-            once_per => once_per_value(&job, once_per)
+            once_per => once_per_value(shared, &job, once_per)
                 .await
                 .unwrap_or_else(|| job.occurrence.clone()),
         };
@@ -712,11 +712,15 @@ async fn deliver(shared: &Shared, job: Job) {
 
 /// Whether the condition's `when` holds for the Rollout; one that cannot be evaluated does not
 /// (as in Argo's engine), and says why in the log.
-async fn holds(job: &Job, when: &str) -> bool {
-    let rollout = rollouts_analysis::condition::from_json(&job.rollout);
+async fn holds(shared: &Shared, job: &Job, when: &str) -> bool {
+    let variables = condition_variables(shared, job, when).await;
     let expression = when.to_string();
     let evaluated = tokio::task::spawn_blocking(move || {
-        rollouts_analysis::condition::eval_condition_over(&[("rollout", rollout)], &expression)
+        let bound: Vec<(&str, _)> = variables
+            .iter()
+            .map(|(name, value)| (*name, rollouts_analysis::condition::from_json(value)))
+            .collect();
+        rollouts_analysis::condition::eval_condition_over(&bound, &expression)
     })
     .await;
     match evaluated {
@@ -729,13 +733,34 @@ async fn holds(job: &Job, when: &str) -> bool {
     }
 }
 
+/// What a trigger's `when` or `oncePer` sees: `rollout`, and `analysisRuns` (listed only when
+/// the expression names them) as Argo Rollouts binds them.
+async fn condition_variables(
+    shared: &Shared,
+    job: &Job,
+    expression: &str,
+) -> Vec<(&'static str, Arc<serde_json::Value>)> {
+    let mut variables = vec![("rollout", job.rollout.clone())];
+    if expression.contains("analysisRuns") {
+        let runs = analysis_runs(&shared.client, &job.namespace, &job.rollout)
+            .await
+            .unwrap_or(serde_json::Value::Null);
+        variables.push(("analysisRuns", Arc::new(runs)));
+    }
+    variables
+}
+
 /// The value of a condition's `oncePer` for the Rollout; `None` (the event's own occurrence
 /// keys the send, as without `oncePer`) when it cannot be evaluated, as Argo's engine does.
-async fn once_per_value(job: &Job, once_per: &str) -> Option<String> {
-    let rollout = rollouts_analysis::condition::from_json(&job.rollout);
+async fn once_per_value(shared: &Shared, job: &Job, once_per: &str) -> Option<String> {
+    let variables = condition_variables(shared, job, once_per).await;
     let expression = once_per.to_string();
     let evaluated = tokio::task::spawn_blocking(move || {
-        rollouts_analysis::condition::eval_text_over(&[("rollout", rollout)], &expression)
+        let bound: Vec<(&str, _)> = variables
+            .iter()
+            .map(|(name, value)| (*name, rollouts_analysis::condition::from_json(value)))
+            .collect();
+        rollouts_analysis::condition::eval_text_over(&bound, &expression)
     })
     .await;
     match evaluated {
