@@ -1025,6 +1025,53 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_is_configured_by_its_own_configmap_and_secret_and_never_the_controllers() {
+        let source = ConfigSource {
+            namespace: "rollouts-system".into(),
+            configmap: "argo-rollouts-notification-configmap".into(),
+            secret: "argo-rollouts-notification-secret".into(),
+        };
+        let configs = NamespacedConfigs::default();
+        let mut sources = NamespacedSources::default();
+        let data: BTreeMap<String, String> = [(
+            "service.webhook.team".to_string(),
+            "url: https://hooks.example.com/$path\n".to_string(),
+        )]
+        .into_iter()
+        .collect();
+        sources.objects(false).insert("shop".into(), data.clone());
+        sources
+            .objects(false)
+            .insert("rollouts-system".into(), data.clone());
+        sources.objects(true).insert(
+            "shop".into(),
+            [("path".to_string(), "shop-hook".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        for namespace in ["shop", "rollouts-system"] {
+            sources.reparse(namespace, &source, &configs);
+        }
+        let Some(shop) = configs.get("shop") else {
+            panic!("shop is configured");
+        };
+        let Some(super::super::Service::Webhook(team)) = shop.services.get("team") else {
+            panic!("the team webhook: {:?}", shop.services);
+        };
+        assert_eq!(team.url.0, "https://hooks.example.com/shop-hook");
+        assert!(
+            configs.get("rollouts-system").is_none(),
+            "the controller's namespace has the controller's configuration"
+        );
+        sources.objects(false).remove("shop");
+        sources.reparse("shop", &source, &configs);
+        assert!(
+            configs.get("shop").is_none(),
+            "no ConfigMap, no configuration"
+        );
+    }
+
+    #[test]
     fn an_update_event_names_its_revision() {
         let update = |reason: &str, message: &str| {
             updated_revision(&event(reason, message)).map(str::to_string)
