@@ -13,8 +13,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisTemplate};
 use rollouts_crds::experiment::{Experiment, ExperimentStatus, TemplateStatusCode};
 use serde_json::{Value, json};
@@ -402,11 +403,31 @@ async fn required_analyses_decide_the_experiment() {
         json!({"scaleDownDelaySeconds": 0, "templates": [template("canary", 1)], "analyses": [analysis("ok")]}),
     )
     .await;
-    h.create_experiment(
-        "bad",
-        json!({"scaleDownDelaySeconds": 0, "templates": [template("canary", 1)], "analyses": [analysis("errors")]}),
-    )
-    .await;
+    // The failing one belongs to a Rollout, as an experiment step's does.
+    h.create_rollout(support::canary_rollout("web", 1, "shop:web", json!([])))
+        .await;
+    let rollout = h.rollouts().get("web").await.expect("reads the Rollout");
+    let bad: Experiment = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {
+            "name": "bad",
+            "namespace": NAMESPACE,
+            "ownerReferences": [{
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Rollout",
+                "name": "web",
+                "uid": rollout.metadata.uid,
+                "controller": true,
+            }],
+        },
+        "spec": {"scaleDownDelaySeconds": 0, "templates": [template("canary", 1)], "analyses": [analysis("errors")]},
+    }))
+    .expect("an Experiment");
+    h.experiments()
+        .create(&PostParams::default(), &bad)
+        .await
+        .expect("creates the Experiment");
 
     // Without a duration, a required analysis that succeeds ends the experiment Successful.
     let good = h.wait_phase("good", AnalysisPhase::Successful).await;
@@ -434,6 +455,31 @@ async fn required_analyses_decide_the_experiment() {
         "{{{{templates.canary.podTemplateHash}}}} is the canary ReplicaSet's hash"
     );
     assert_eq!(run.owner_references()[0].kind, "Experiment");
+    // As Argo: the run's transition is a Warning on the Rollout too, for its notifications.
+    let events: Api<Event> = Api::namespaced(h.client.clone(), NAMESPACE);
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let on_rollout = events
+            .list(&ListParams::default())
+            .await
+            .expect("lists events")
+            .items
+            .into_iter()
+            .any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+                    && e.reason.as_deref() == Some("AnalysisRunFailed")
+                    && e.type_.as_deref() == Some("Warning")
+            });
+        if on_rollout {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no AnalysisRunFailed event on Rollout web\ncontroller log:\n{}",
+            h.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -106,6 +106,9 @@ pub struct PlannedEvent {
     pub warning: bool,
     pub reason: String,
     pub message: String,
+    /// Also recorded on the Rollout that owns the experiment (an analysis run's transition, as
+    /// Argo does so the Rollout's notifications see it, argo-rollouts #4009).
+    pub on_rollout: bool,
 }
 
 /// What to write for one experiment, in order: ReplicaSets, deadlines, scales, Services,
@@ -132,6 +135,7 @@ impl Plan {
             warning,
             reason: reason.into(),
             message: message.into(),
+            on_rollout: false,
         });
     }
 
@@ -701,7 +705,12 @@ fn reconcile_analysis(
             status.phase,
             AnalysisPhase::Failed | AnalysisPhase::Error | AnalysisPhase::Inconclusive
         );
-        plan.event(warning, format!("AnalysisRun{}", status.phase), message);
+        plan.events.push(PlannedEvent {
+            warning,
+            reason: format!("AnalysisRun{}", status.phase),
+            message,
+            on_rollout: true,
+        });
     }
     match plan
         .status

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -670,6 +670,7 @@ fn record_refusals(
                             message: format!(
                                 "Template '{template}' transitioned to Error: {message}"
                             ),
+                            on_rollout: false,
                         });
                     }
                 }
@@ -685,6 +686,7 @@ fn record_refusals(
                         message: format!(
                             "AnalysisRun '{analysis}' transitioned to Error: {message}"
                         ),
+                        on_rollout: true,
                     });
                 }
             }
@@ -770,5 +772,31 @@ async fn publish(experiment: &Experiment, event: &PlannedEvent, ctx: &Experiment
     };
     if let Err(error) = events::send(&ctx.client, &ctx.reporter, &once).await {
         tracing::warn!(%error, reason = %event.reason, "Experiment event not published");
+    }
+    if !event.on_rollout {
+        return;
+    }
+    // As Argo: an analysis run's transition is a Warning on the owning Rollout too.
+    let Some(rollout) = experiment
+        .owner_references()
+        .iter()
+        .find(|owner| owner.kind == "Rollout" && owner.api_version.starts_with("argoproj.io/"))
+    else {
+        return;
+    };
+    let once = events::Once {
+        regarding: ObjectReference {
+            api_version: Some(rollout.api_version.clone()),
+            kind: Some(rollout.kind.clone()),
+            name: Some(rollout.name.clone()),
+            namespace: experiment.namespace(),
+            uid: Some(rollout.uid.clone()),
+            ..ObjectReference::default()
+        },
+        warning: true,
+        ..once
+    };
+    if let Err(error) = events::send(&ctx.client, &ctx.reporter, &once).await {
+        tracing::warn!(%error, reason = %event.reason, rollout = %rollout.name, "event on the Experiment's Rollout not published");
     }
 }

@@ -547,7 +547,8 @@ fn a_failed_analysis_fails_a_running_experiment_and_a_terminated_one_stops_its_r
         failed
             .events
             .iter()
-            .any(|e| e.reason == "AnalysisRunFailed" && e.warning)
+            .any(|e| e.reason == "AnalysisRunFailed" && e.warning && e.on_rollout),
+        "recorded on the owning Rollout too, as in Argo"
     );
 
     // Terminated while its run still runs: the run is terminated (once), and its end recorded.
