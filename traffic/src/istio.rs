@@ -298,12 +298,18 @@ fn check_destinations(
 /// `destinations` with the canary at `canary_weight`, each additional destination at its weight
 /// (added when missing), additional DestinationRule subsets kept, the stable at the rest, and any
 /// other destination that still takes traffic removed (left over from an earlier experiment).
+/// An additional destination without a Service name has nowhere to go and is left out (added,
+/// it would be added again on every write).
 fn weighted_destinations(
     destinations: &[Value],
     split: &Split,
     canary_weight: i32,
     additional: &[WeightDestination],
 ) -> Vec<Value> {
+    let additional: Vec<&WeightDestination> = additional
+        .iter()
+        .filter(|d| !d.service_name.is_empty())
+        .collect();
     let additional_weight: i64 = additional.iter().map(|d| i64::from(d.weight)).sum();
     let subset_weight: i64 = destinations
         .iter()
@@ -313,7 +319,7 @@ fn weighted_destinations(
     let stable_weight =
         (i64::from(split.total) - i64::from(canary_weight) - additional_weight - subset_weight)
             .max(0);
-    let mut missing: Vec<&WeightDestination> = additional.iter().collect();
+    let mut missing: Vec<&WeightDestination> = additional;
     let mut weighted = Vec::with_capacity(destinations.len());
     for destination in destinations {
         let (host, _) = host_and_subset(destination);

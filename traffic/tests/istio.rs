@@ -446,6 +446,40 @@ fn experiment_destinations_are_added_weighted_and_removed() {
 }
 
 #[test]
+fn an_experiment_destination_without_a_service_is_left_out() {
+    let rollout = rollout("istio/rollout-host.yaml");
+    let vs_ref = &vs_refs(&rollout)[0];
+    let experiment = [
+        WeightDestination {
+            weight: 10,
+            service_name: "reviews-exp".into(),
+            pod_template_hash: "e1".into(),
+        },
+        WeightDestination {
+            weight: 10,
+            service_name: String::new(),
+            pod_template_hash: String::new(),
+        },
+    ];
+    let once = desired_virtual_service(
+        &object("istio/vs-host.yaml"),
+        &rollout,
+        vs_ref,
+        20,
+        &experiment,
+    )
+    .unwrap();
+    let twice = desired_virtual_service(&once, &rollout, vs_ref, 20, &experiment).unwrap();
+    let expected = vec![
+        (STABLE.to_string(), 70),
+        (CANARY.to_string(), 20),
+        ("reviews-exp".to_string(), 10),
+    ];
+    assert_eq!(weights(&once, "http", 1), expected);
+    assert_eq!(twice, once, "a second write changes nothing");
+}
+
+#[test]
 fn tls_and_tcp_routes_are_selected_by_port_and_sni_hosts() {
     let rollout = rollout("istio/rollout-l4.yaml");
     let vs_ref = &vs_refs(&rollout)[0];
