@@ -6,11 +6,18 @@
 //!   ROLLOUTS_BENCH_RUNS=1000        AnalysisRuns created at once (default 1000)
 //!   ROLLOUTS_BENCH_REST_SECS=30     length of the window at rest (default 30)
 //!   ROLLOUTS_BENCH_SETUP_SECS=600   how long the runs may take to finish (default 600)
+//!   ROLLOUTS_BENCH_PROFILE=realistic  each run carries its own argument (a canary hash) that
+//!                                   its query names, as a Rollout's runs do, so no two runs
+//!                                   send the same query (default easy: one query for all)
+//!   ROLLOUTS_BENCH_QPS, ROLLOUTS_BENCH_BURST  the controller's --qps and --burst (both or
+//!                                   neither; default: the controller's defaults)
 //!
 //! N AnalysisRuns with the same metric (prometheus query `errors{service="checkout"}`,
 //! successCondition `result[0] < 0.05`, interval 2s, count 3) are put into the simulator's store
-//! (SimHandle::create, no HTTP round trip) while the controller is running. The stand-in answers
-//! every `/api/v1/query` with a one-sample vector of 0.01.
+//! (SimHandle::create, no HTTP round trip) while the controller is running; in the realistic
+//! profile run i has the argument canary-hash=<hash i> and its query is
+//! `errors{service="checkout",rollouts_pod_template_hash="{{args.canary-hash}}"}`. The stand-in
+//! answers every `/api/v1/query` with a one-sample vector of 0.01.
 //! Figures (controller requests are told apart in kube-sim's request log by the
 //! `rollouts-controller/` user agent; leader election is off, so there are no lease requests):
 //! 1. Time to Successful: from the first create until all N runs are Successful (seen through a
@@ -48,6 +55,10 @@ use support::{cpu_seconds, memory};
 /// The prefix of the controller's `User-Agent`, which tells its requests from the benchmark's.
 const CONTROLLER_AGENT: &str = "rollouts-controller/";
 const QUERY: &str = r#"errors{service="checkout"}"#;
+const QUERY_WITH_ARGS: &str =
+    r#"errors{service="checkout",rollouts_pod_template_hash="{{args.canary-hash}}"}"#;
+/// Measurements per run (the metric's count).
+const COUNT: usize = 3;
 const NAMESPACE: &str = "default";
 
 fn main() {
@@ -58,7 +69,22 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    runtime.block_on(bench(runs, rest, setup));
+    let per_run_args = match std::env::var("ROLLOUTS_BENCH_PROFILE").as_deref() {
+        Err(_) | Ok("easy") => false,
+        Ok("realistic") => true,
+        Ok(other) => {
+            panic!("ROLLOUTS_BENCH_PROFILE={other:?} is not a profile: use easy or realistic")
+        }
+    };
+    let client_limit = match (
+        std::env::var("ROLLOUTS_BENCH_QPS"),
+        std::env::var("ROLLOUTS_BENCH_BURST"),
+    ) {
+        (Ok(qps), Ok(burst)) => Some((qps, burst)),
+        (Err(_), Err(_)) => None,
+        _ => panic!("set ROLLOUTS_BENCH_QPS and ROLLOUTS_BENCH_BURST together, or neither"),
+    };
+    runtime.block_on(bench(runs, rest, setup, per_run_args, client_limit));
 }
 
 /// A positive number from the environment, or `default` when unset.
@@ -76,7 +102,13 @@ fn env_number(name: &str, default: usize) -> usize {
     }
 }
 
-async fn bench(n: usize, rest: Duration, setup: Duration) {
+async fn bench(
+    n: usize,
+    rest: Duration,
+    setup: Duration,
+    per_run_args: bool,
+    client_limit: Option<(String, String)>,
+) {
     let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
     let sim = start(SimOptions {
         crd_dirs: vec![crds],
@@ -95,7 +127,7 @@ async fn bench(n: usize, rest: Duration, setup: Duration) {
     let client = Client::try_from(config).expect("a client for a plain-HTTP server");
     let prometheus = FakePrometheus::start().await;
     prometheus.answer_every_query("0.01");
-    let controller = ControllerProcess::start(&kubeconfig, &prometheus.address);
+    let controller = ControllerProcess::start(&kubeconfig, &prometheus.address, &client_limit);
     wait_for_controller_watch(&sim).await;
 
     // Watch before creating, so no transition to Successful is missed.
@@ -107,8 +139,11 @@ async fn bench(n: usize, rest: Duration, setup: Duration) {
 
     let started = Instant::now();
     for i in 0..n {
-        sim.create(NAMESPACE, run_manifest(&format!("checkout-{i}")))
-            .unwrap_or_else(|e| panic!("creates AnalysisRun checkout-{i}: {e:?}"));
+        sim.create(
+            NAMESPACE,
+            run_manifest(&format!("checkout-{i}"), i, per_run_args),
+        )
+        .unwrap_or_else(|e| panic!("creates AnalysisRun checkout-{i}: {e:?}"));
     }
     let created_in = started.elapsed();
 
@@ -146,7 +181,14 @@ async fn bench(n: usize, rest: Duration, setup: Duration) {
     let run_requests = sim.requests();
     let run_queries = Queries::take(&prometheus);
 
-    println!("\n== 1. {n} AnalysisRuns of one metric (interval 2s, count 3) ==");
+    println!(
+        "\n== 1. {n} AnalysisRuns of one metric (interval 2s, count 3){} ==",
+        if per_run_args {
+            ", each with its own canary-hash argument in the query"
+        } else {
+            ", one query for all"
+        }
+    );
     println!(
         "created in {:.2} s; {}/{n} Successful {:.1} s after the first create{}",
         created_in.as_secs_f64(),
@@ -185,6 +227,12 @@ async fn bench(n: usize, rest: Duration, setup: Duration) {
     );
     let most = run_queries.pairs.values().max().copied().unwrap_or(0);
     println!("most requests for one pair: {most}");
+    println!(
+        "queries per interval (each run measures {COUNT} times): {:.1} for {n} runs, {} distinct \
+         queries (the fewest an interval can take)",
+        total as f64 / COUNT as f64,
+        queries.len()
+    );
 
     let writes = tally(controller_requests(&run_requests).filter(|r| is_write(r)));
     let write_total: usize = writes.values().sum();
@@ -246,18 +294,27 @@ async fn bench(n: usize, rest: Duration, setup: Duration) {
     println!("  objects in kube-sim: {}", sim.object_count());
 }
 
-/// An AnalysisRun with the benchmark's one metric.
-fn run_manifest(name: &str) -> serde_json::Value {
+/// An AnalysisRun with the benchmark's one metric; with `per_run_args`, run `i`'s own
+/// canary-hash argument in its query.
+fn run_manifest(name: &str, i: usize, per_run_args: bool) -> serde_json::Value {
+    let (query, args) = if per_run_args {
+        (
+            QUERY_WITH_ARGS,
+            json!([{"name": "canary-hash", "value": format!("{:010x}", i.wrapping_mul(2_654_435_761) % 0xff_ffff_ffff)}]),
+        )
+    } else {
+        (QUERY, json!([]))
+    };
     json!({
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "AnalysisRun",
         "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {"metrics": [{
+        "spec": {"args": args, "metrics": [{
             "name": "error-rate",
             "interval": "2s",
-            "count": 3,
+            "count": COUNT,
             "successCondition": "result[0] < 0.05",
-            "provider": {"prometheus": {"query": QUERY}},
+            "provider": {"prometheus": {"query": query}},
         }]},
     })
 }
@@ -360,8 +417,16 @@ struct ControllerProcess {
 }
 
 impl ControllerProcess {
-    fn start(kubeconfig: &PathBuf, prometheus: &str) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
+    fn start(
+        kubeconfig: &PathBuf,
+        prometheus: &str,
+        client_limit: &Option<(String, String)>,
+    ) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"));
+        if let Some((qps, burst)) = client_limit {
+            command.args(["--qps", qps, "--burst", burst]);
+        }
+        let child = command
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--leader-elect=false", "--log-level", "warn"])

@@ -1,10 +1,24 @@
 //! Scale benchmark of the real `rollouts-controller` binary against kube-sim (in-process, CRDs
-//! from crds/yaml). It prints figures and exits 0; it asserts nothing.
+//! from crds/yaml, and e2e/crds for the realistic profile). It prints figures and exits 0; it
+//! asserts nothing (the smoke test `controller/tests/scale_smoke_on_sim.rs` asserts).
 //!
 //! Run: `cargo bench -p rollouts-controller --bench scale`
-//!   ROLLOUTS_BENCH_ROLLOUTS=1000,10000   Rollouts at rest, one run per size (default 1000)
-//!   ROLLOUTS_BENCH_IDLE_SECS=60     length of the idle window (default 60)
+//!   ROLLOUTS_BENCH_PROFILES=easy,realistic  profiles, each run at every size (default easy)
+//!   ROLLOUTS_BENCH_ROLLOUTS=1000,10000   Rollouts, one run per size and profile (default 1000)
+//!   ROLLOUTS_BENCH_IDLE_SECS=600    length of the idle window (default 60; 600 or more lets
+//!                                   the watches' 290 s renewals happen inside it)
 //!   ROLLOUTS_BENCH_SETUP_SECS=900   how long the Rollouts may take to become Healthy (default 900)
+//!   ROLLOUTS_BENCH_TRICKLE_SECS=120 how long releases trickle (default 120)
+//!   ROLLOUTS_BENCH_SEED=1           seed of the realistic profile's pod readiness (default 1)
+//!   ROLLOUTS_BENCH_QPS, ROLLOUTS_BENCH_BURST  the controller's --qps and --burst (both or
+//!                                   neither; default: the controller's defaults)
+//!
+//! Profiles: `easy` is one replica per Rollout, one container with only an image, no Services,
+//! routers or analysis, pods Ready 200 ms after creation. `realistic` is
+//! `rollouts_e2e::scale_profile`: 3 to 10 replicas with full pod templates, a stable and a canary
+//! Service each, a router for a third (nginx, Istio, Gateway API), a background or step analysis
+//! whose query carries the Rollout's canary hash, pods Ready after 2 to 10 s (seeded), 5% of them
+//! failing their first start; ten Rollouts per namespace.
 //!
 //! Figures (every count comes from kube-sim's request log, controller requests told apart by the
 //! `rollouts-controller/` user agent; leases are left out, leader election is off):
@@ -17,23 +31,31 @@
 //!    are exact. The last row ("completion") runs from the last step to Healthy, plus the writes
 //!    until the controller is quiet for 2 s. DESIGN.md's target: one scale + one status patch per
 //!    step, events extra.
-//! 2. Idle cost: N Rollouts (replicas 1, so one ReplicaSet and one pod each; 50 of them in their
-//!    own namespaces lat-0..lat-49 for figure 3, the rest in `default`) are created in the
-//!    simulator's store before the controller starts, so the time to all Healthy (seen through a
-//!    watch, ROLLOUTS_BENCH_SETUP_SECS at most) is a cold start of N Rollouts; the time to rest
-//!    is from the controller's start to its last write once all are Healthy. Once all are
+//! 2. Cold start and rest: N Rollouts (and their objects) are created in the simulator's store
+//!    before the controller starts, so the time to all Healthy (seen through a watch,
+//!    ROLLOUTS_BENCH_SETUP_SECS at most) is a cold start of N Rollouts; meanwhile the
+//!    controller's requests are counted each second (peak and mean, against --qps). The time to
+//!    rest is from the controller's start to its last write once all are Healthy. Once all are
 //!    Healthy and the controller has been quiet for 5 s (or 60 s have passed), a window of
 //!    ROLLOUTS_BENCH_IDLE_SECS: the controller's writes (target zero; also per idle Rollout per
-//!    minute) and other requests, its CPU time (utime+stime from /proc/<pid>/stat) and resident
-//!    memory (VmRSS and peak VmHWM from /proc/<pid>/status). The benchmark process's own CPU and
-//!    memory are mostly kube-sim's (the benchmark only sleeps in the window) and are shown as
-//!    such. Each size in ROLLOUTS_BENCH_ROLLOUTS gets its own simulator and controller.
-//! 3. Reconcile latency: for each of the 50 Rollouts in lat-*, one at a time while the rest are at
-//!    rest, the time from sending the image change (the PATCH round trip included) to the first
-//!    write the controller makes in that Rollout's namespace, seen by polling the request log
-//!    every millisecond. Median and p99 (with 50 samples p99 is the slowest one).
+//!    minute) and reads (target: watch renewals only), its CPU time (utime+stime from
+//!    /proc/<pid>/stat) and resident memory (VmRSS, per Rollout, and peak VmHWM from
+//!    /proc/<pid>/status). The benchmark process's own CPU and memory are mostly kube-sim's (the
+//!    benchmark only sleeps in the window) and are shown as such.
+//! 3. Reaction at rest: for 50 Rollouts each alone in its namespace (easy: lat-0..lat-49;
+//!    realistic: the first of 50 namespaces), one at a time while the rest are at rest, the time
+//!    from sending the image change (the PATCH round trip included, and shown on its own) to
+//!    the first write the controller makes in that namespace, polling the request log every
+//!    millisecond. Median and p99 (with 50 samples p99 is the slowest one).
+//! 4. Reaction while releases trickle: for ROLLOUTS_BENCH_TRICKLE_SECS, 1% of the Rollouts per
+//!    minute get a new image (easy: the 50 lat-* Rollouts in turn), each in a namespace with no
+//!    other release under way, timed as in 3; the controller's writes meanwhile; with the
+//!    realistic profile, the queries the Prometheus stand-in received (distinct per canary hash).
+//! 5. Restart: once every Rollout is Healthy again and the controller quiet, it is killed and
+//!    started again: the time until its /readyz answers 200 and its writes in the first 30 s
+//!    (target 0).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -44,6 +66,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use rollouts_crds::rollout::{Rollout, RolloutStatus};
+use rollouts_e2e::fake_prometheus::FakePrometheus;
+use rollouts_e2e::scale_profile;
 use rollouts_e2e::sim::{RequestRecord, SimHandle, SimOptions, start};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -57,17 +81,36 @@ const LATENCY_SAMPLES: usize = 50;
 const POD_READY_AFTER: Duration = Duration::from_millis(200);
 
 fn main() {
+    let profiles: Vec<Profile> = std::env::var("ROLLOUTS_BENCH_PROFILES")
+        .unwrap_or_else(|_| "easy".to_string())
+        .split(',')
+        .map(Profile::parse)
+        .collect();
     let sizes = env_sizes("ROLLOUTS_BENCH_ROLLOUTS", 1000);
-    let idle = Duration::from_secs(env_number("ROLLOUTS_BENCH_IDLE_SECS", 60) as u64);
-    let setup = Duration::from_secs(env_number("ROLLOUTS_BENCH_SETUP_SECS", 900) as u64);
+    let settings = Settings {
+        idle: Duration::from_secs(env_number("ROLLOUTS_BENCH_IDLE_SECS", 60) as u64),
+        setup: Duration::from_secs(env_number("ROLLOUTS_BENCH_SETUP_SECS", 900) as u64),
+        trickle: Duration::from_secs(env_number("ROLLOUTS_BENCH_TRICKLE_SECS", 120) as u64),
+        seed: env_number("ROLLOUTS_BENCH_SEED", 1) as u64,
+        client_limit: match (
+            std::env::var("ROLLOUTS_BENCH_QPS"),
+            std::env::var("ROLLOUTS_BENCH_BURST"),
+        ) {
+            (Ok(qps), Ok(burst)) => Some((qps, burst)),
+            (Err(_), Err(_)) => None,
+            _ => panic!("set ROLLOUTS_BENCH_QPS and ROLLOUTS_BENCH_BURST together, or neither"),
+        },
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
     runtime.block_on(async {
-        writes_per_step().await;
-        for rollouts in sizes {
-            at_rest(rollouts, idle, setup).await;
+        writes_per_step(&settings).await;
+        for profile in profiles {
+            for &rollouts in &sizes {
+                at_rest(profile, rollouts, &settings).await;
+            }
         }
     });
 }
@@ -107,9 +150,9 @@ fn env_number(name: &str, default: usize) -> usize {
 }
 
 /// Figure 1: the controller's writes while one canary moves through six steps.
-async fn writes_per_step() {
-    let cluster = Cluster::start("steps", 10_000);
-    let controller = ControllerProcess::start(&cluster.kubeconfig);
+async fn writes_per_step(settings: &Settings) {
+    let cluster = Cluster::start("steps", 10_000, Profile::Easy, settings.seed);
+    let controller = ControllerProcess::start(&cluster.kubeconfig, settings);
     let steps = json!([
         {"setWeight": 25}, {"pause": {"duration": "1s"}},
         {"setWeight": 50}, {"pause": {"duration": "1s"}},
@@ -217,52 +260,371 @@ async fn writes_per_step() {
     }
 }
 
-/// Figures 2 and 3: N Rollouts at rest, then image changes one at a time.
-async fn at_rest(n: usize, idle: Duration, setup: Duration) {
-    let cluster = Cluster::start("rest", 8 * n + 10_000);
-    let latency_rollouts = LATENCY_SAMPLES.min(n);
+/// Where the Rollouts of a run live and how they are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Profile {
+    /// One replica, one container with only an image, no Services, routers or analysis, pods
+    /// Ready 200 ms after creation; 50 Rollouts in namespaces of their own (lat-*), the rest
+    /// in `default`.
+    Easy,
+    /// `rollouts_e2e::scale_profile`: 3 to 10 replicas, full pod templates, two Services each,
+    /// a router for a third, analysis with per-Rollout arguments, pods Ready after 2 to 10 s
+    /// (seeded), 5% failing their first start; ten Rollouts per namespace.
+    Realistic,
+}
+
+impl Profile {
+    fn parse(text: &str) -> Self {
+        match text.trim() {
+            "easy" => Profile::Easy,
+            "realistic" => Profile::Realistic,
+            other => panic!(
+                "ROLLOUTS_BENCH_PROFILES: {other:?} is not a profile: use easy, realistic or both (easy,realistic)"
+            ),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Profile::Easy => "easy",
+            Profile::Realistic => "realistic",
+        }
+    }
+
+    /// How long after a release its namespace is left alone by the trickle, so the first
+    /// controller write seen there belongs to the new release.
+    fn release_takes(self) -> Duration {
+        match self {
+            Profile::Easy => Duration::from_secs(10),
+            // Two pauses, an analysis, pods Ready after up to 10 s (20 s after a failed start)
+            // and the previous stable's 30 s scale-down delay behind a router.
+            Profile::Realistic => Duration::from_secs(180),
+        }
+    }
+}
+
+/// The environment's settings for the at-rest runs.
+struct Settings {
+    idle: Duration,
+    setup: Duration,
+    trickle: Duration,
+    seed: u64,
+    /// `--qps` and `--burst` for the controller; its defaults when unset.
+    client_limit: Option<(String, String)>,
+}
+
+/// One Rollout the benchmark releases and times.
+#[derive(Clone)]
+struct Target {
+    namespace: String,
+    name: String,
+}
+
+/// Figures 2 to 6: N Rollouts from cold start to rest, image changes one at a time, releases
+/// trickling, and a controller restart.
+async fn at_rest(profile: Profile, n: usize, settings: &Settings) {
+    let cluster = Cluster::start("rest", 40 * n + 10_000, profile, settings.seed);
+    // Kept for the whole run: the analysis template's provider.
+    let prometheus = match profile {
+        Profile::Easy => None,
+        Profile::Realistic => {
+            let prometheus = FakePrometheus::start().await;
+            prometheus.answer_every_query("0.99");
+            Some(prometheus)
+        }
+    };
     let created = Instant::now();
-    for i in 0..latency_rollouts {
-        cluster
-            .sim
-            .create(
-                "",
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("lat-{i}")}}),
-            )
-            .expect("creates a namespace");
-    }
-    let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
-    for i in 0..n {
-        let namespace = if i < latency_rollouts {
-            format!("lat-{i}")
-        } else {
-            "default".to_string()
-        };
-        let object = serde_json::to_value(rollout(
-            &format!("idle-{i}"),
-            &namespace,
-            1,
-            "app:v1",
-            steps.clone(),
-        ))
-        .expect("a Rollout serialises");
-        cluster
-            .sim
-            .create(&namespace, object)
-            .expect("creates a Rollout in the store");
-    }
+    let (targets, candidates) = store_rollouts(&cluster, profile, n, prometheus.as_ref());
     let stored_in = created.elapsed();
     let started = Instant::now();
-    let controller = ControllerProcess::start(&cluster.kubeconfig);
+    let mut controller = ControllerProcess::start(&cluster.kubeconfig, settings);
+    let cold = wait_healthy(&cluster, n, settings.setup, started).await;
+    let setup_writes = controller_writes(&cluster.sim.requests()).count();
+    let rss_healthy = memory(controller.pid);
+    // Keeps the log (and the snapshots `quiet` takes of it) small.
+    cluster.sim.clear_requests();
+    let quiet_for = Duration::from_secs(5);
+    let settled = cluster.quiet(quiet_for, Duration::from_secs(60)).await;
+    // `quiet` returns once the last write is `quiet_for` old: rest began then.
+    let at_rest_after = started.elapsed().saturating_sub(quiet_for);
+
+    cluster.sim.clear_requests();
+    let cpu_before = cpu_seconds(controller.pid);
+    let own_before = cpu_seconds(std::process::id());
+    let window_start = Instant::now();
+    tokio::time::sleep(settings.idle).await;
+    let window = window_start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(controller.pid) - cpu_before;
+    let own_cpu = cpu_seconds(std::process::id()) - own_before;
+    let rss_idle = memory(controller.pid);
+    let own_memory = memory(std::process::id());
+    let requests = cluster.sim.requests();
+    let mut writes = Tally::default();
+    for record in controller_writes(&requests) {
+        writes.add(record);
+    }
+    let reads = controller_reads(&requests);
+
+    let title = format!("{n} Rollouts, {} profile", profile.label());
+    println!("\n== 2. {title}: cold start and rest ==");
+    println!(
+        "setup: {n} Rollouts stored in {:.2} s; {}/{n} Healthy {:.1} s after the controller \
+         started, with {setup_writes} controller writes; quiet before the window: {}",
+        stored_in.as_secs_f64(),
+        cold.healthy,
+        cold.elapsed.as_secs_f64(),
+        if settled {
+            "yes"
+        } else {
+            "no (still writing after 60 s)"
+        }
+    );
+    println!(
+        "cold-start API load (controller requests per second): peak {}, mean {:.1}, over {} s; \
+         configured --qps {} --burst {}",
+        cold.peak_rps,
+        cold.mean_rps,
+        cold.seconds,
+        settings.client_limit.as_ref().map_or_else(
+            || format!("{} (default)", rollouts_controller::cli::DEFAULT_QPS),
+            |(qps, _)| qps.clone()
+        ),
+        settings.client_limit.as_ref().map_or_else(
+            || format!("{} (default)", rollouts_controller::cli::DEFAULT_BURST),
+            |(_, burst)| burst.clone()
+        ),
+    );
+    if settled && cold.healthy == n {
+        println!(
+            "at rest (all Healthy, last write) {:.1} s after the controller started",
+            at_rest_after.as_secs_f64()
+        );
+    } else {
+        println!(
+            "did not reach rest: {}/{n} Healthy, quiet: {settled}",
+            cold.healthy
+        );
+    }
+    println!("objects in kube-sim: {}", cluster.sim.object_count());
+    println!("idle window: {window:.1} s");
+    println!(
+        "  controller writes: {} (target 0){}",
+        writes.total(),
+        if writes.total() > 0 {
+            format!(
+                ": rs scale {}, rs create {}, status {}, events {}, other {:?}",
+                writes.scale, writes.create, writes.status, writes.events, writes.other
+            )
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "  controller writes per idle Rollout per minute: {:.4}",
+        writes.total() as f64 / n as f64 / (window / 60.0)
+    );
+    println!("  controller reads and watches (target: watch renewals only): {reads:?}");
+    println!(
+        "  controller CPU: {cpu:.2} s ({:.2}% of one core)",
+        100.0 * cpu / window
+    );
+    println!(
+        "  controller memory: VmRSS {} MB once Healthy, {} MB after the window ({:.1} KB per \
+         Rollout; target < 30 KB), peak VmHWM {} MB",
+        rss_healthy.rss_mb,
+        rss_idle.rss_mb,
+        rss_idle.rss_mb as f64 * 1024.0 / n as f64,
+        rss_idle.hwm_mb
+    );
+    println!(
+        "  kube-sim + benchmark process: CPU {own_cpu:.2} s ({:.2}% of one core), VmRSS {} MB",
+        100.0 * own_cpu / window,
+        own_memory.rss_mb
+    );
+
+    let (samples, round_trips, missed) = one_at_a_time(&cluster, &targets).await;
+    println!("\n== 3. {title}: image change -> first controller write, one at a time at rest ==");
+    print_latency(&samples, missed, targets.len());
+    print_latency_line("  of which the image PATCH round trip", &round_trips);
+
+    let trickled = trickle(&cluster, profile, n, &candidates, settings.trickle).await;
+    println!(
+        "\n== 4. {title}: releases trickling (1% of the Rollouts per minute) for {} s ==",
+        settings.trickle.as_secs()
+    );
+    println!(
+        "  {} releases, controller writes meanwhile {} ({:.1} per release, events {})",
+        trickled.releases,
+        trickled.writes.total(),
+        trickled.writes.total() as f64 / trickled.releases.max(1) as f64,
+        trickled.writes.events
+    );
+    print_latency(&trickled.samples, trickled.missed, trickled.releases);
+    if let Some(prometheus) = &prometheus {
+        let queries = prometheus.requests();
+        let distinct: HashSet<&str> = queries.iter().map(|q| q.query()).collect();
+        println!(
+            "  Prometheus queries since the start: {} ({} distinct queries, one per canary \
+             hash and Rollout)",
+            queries.len(),
+            distinct.len()
+        );
+    }
+
+    // Restart once every release has finished and the controller is quiet.
+    let settled = wait_healthy(&cluster, n, Duration::from_secs(300), Instant::now()).await;
+    let quiet = cluster
+        .quiet(Duration::from_secs(5), Duration::from_secs(120))
+        .await;
+    cluster.sim.clear_requests();
+    drop(controller);
+    let restarted = Instant::now();
+    controller = ControllerProcess::start(&cluster.kubeconfig, settings);
+    let ready = controller.wait_ready(Duration::from_secs(120)).await;
+    let ready_after = restarted.elapsed();
+    let restart_window = Duration::from_secs(30);
+    tokio::time::sleep(restart_window.saturating_sub(restarted.elapsed())).await;
+    let requests = cluster.sim.requests();
+    let mut restart_writes = Tally::default();
+    for record in controller_writes(&requests) {
+        restart_writes.add(record);
+    }
+    println!("\n== 5. {title}: controller restart ==");
+    println!(
+        "  before: {}/{n} Healthy after the releases, quiet: {quiet}",
+        settled.healthy
+    );
+    println!(
+        "  /readyz answered 200 {:.2} s after the restart{}",
+        ready_after.as_secs_f64(),
+        if ready { "" } else { " (timed out)" }
+    );
+    println!(
+        "  writes in the first {} s: {} (target 0){}",
+        restart_window.as_secs(),
+        restart_writes.total(),
+        if restart_writes.total() > 0 {
+            format!(
+                ": rs scale {}, rs create {}, status {}, events {}, other {:?}",
+                restart_writes.scale,
+                restart_writes.create,
+                restart_writes.status,
+                restart_writes.events,
+                restart_writes.other
+            )
+        } else {
+            String::new()
+        }
+    );
+    println!("  reads: {:?}", controller_reads(&requests));
+    drop(controller);
+}
+
+/// Puts the namespaces, objects and Rollouts of `profile` into the store; returns the Rollouts
+/// timed one at a time (each alone in its namespace) and those the trickle may release.
+fn store_rollouts(
+    cluster: &Cluster,
+    profile: Profile,
+    n: usize,
+    prometheus: Option<&FakePrometheus>,
+) -> (Vec<Target>, Vec<Target>) {
+    let create = |namespace: &str, object: Value| {
+        cluster
+            .sim
+            .create(namespace, object)
+            .unwrap_or_else(|e| panic!("creates an object in the store: {e:?}"))
+    };
+    match profile {
+        Profile::Easy => {
+            let latency_rollouts = LATENCY_SAMPLES.min(n);
+            for i in 0..latency_rollouts {
+                create(
+                    "",
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("lat-{i}")}}),
+                );
+            }
+            let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
+            let mut targets = Vec::new();
+            for i in 0..n {
+                let namespace = if i < latency_rollouts {
+                    format!("lat-{i}")
+                } else {
+                    "default".to_string()
+                };
+                let name = format!("idle-{i}");
+                let object =
+                    serde_json::to_value(rollout(&name, &namespace, 1, "app:v1", steps.clone()))
+                        .expect("a Rollout serialises");
+                create(&namespace, object);
+                if i < latency_rollouts {
+                    targets.push(Target { namespace, name });
+                }
+            }
+            // The trickle releases the Rollouts alone in their namespaces, again and again.
+            (targets.clone(), targets)
+        }
+        Profile::Realistic => {
+            let address = prometheus.map_or("", |p| p.address.as_str());
+            create("", scale_profile::analysis_template(address));
+            for namespace in scale_profile::namespaces(n) {
+                create("", namespace);
+            }
+            let mut all = Vec::with_capacity(n);
+            for i in 0..n {
+                for (namespace, object) in scale_profile::objects(i, "app:v1") {
+                    create(&namespace, object);
+                }
+                all.push(Target {
+                    namespace: scale_profile::namespace(i),
+                    name: scale_profile::name(i),
+                });
+            }
+            let targets = all
+                .iter()
+                .step_by(scale_profile::PER_NAMESPACE)
+                .take(LATENCY_SAMPLES)
+                .cloned()
+                .collect();
+            (targets, all)
+        }
+    }
+}
+
+/// How a wait for every Rollout to be Healthy went, with the controller's request rate.
+struct Healthy {
+    healthy: usize,
+    elapsed: Duration,
+    peak_rps: usize,
+    mean_rps: f64,
+    seconds: usize,
+}
+
+/// Waits (at most `limit`) until all `n` Rollouts are Healthy, seen through a watch; counts
+/// the controller's requests each second meanwhile.
+async fn wait_healthy(cluster: &Cluster, n: usize, limit: Duration, started: Instant) -> Healthy {
     // A watch decodes each change once; listing 10,000 Rollouts every few seconds cost the
     // benchmark process (shared with kube-sim) more CPU than kube-sim itself.
     let all: Api<Rollout> = Api::all(cluster.client.clone());
     let mut changes = watcher(all, watcher::Config::default()).boxed();
     let mut healthy_now: HashSet<String> = HashSet::new();
     let mut last_report = Instant::now();
-    let deadline = tokio::time::Instant::now() + setup;
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut seen = cluster.sim.request_count();
+    let mut per_second: Vec<usize> = Vec::new();
     while healthy_now.len() < n {
-        let change = match tokio::time::timeout_at(deadline, changes.next()).await {
+        let change = tokio::select! {
+            change = tokio::time::timeout_at(deadline, changes.next()) => change,
+            _ = tick.tick() => {
+                let new = cluster.sim.requests_since(seen);
+                seen += new.len();
+                per_second.push(
+                    new.iter().filter(|r| r.user_agent.starts_with(CONTROLLER_AGENT)).count(),
+                );
+                continue;
+            }
+        };
+        let change = match change {
             Ok(Some(Ok(change))) => change,
             Ok(Some(Err(_))) => continue,
             Ok(None) | Err(_) => break,
@@ -270,7 +632,7 @@ async fn at_rest(n: usize, idle: Duration, setup: Duration) {
         match change {
             watcher::Event::Apply(r) | watcher::Event::InitApply(r) => {
                 let key = format!("{}/{}", r.namespace().unwrap_or_default(), r.name_any());
-                if r.status.as_ref().is_some_and(|s| healthy(s, 1)) {
+                if rollout_healthy(&r) {
                     healthy_now.insert(key);
                 } else {
                     healthy_now.remove(&key);
@@ -294,113 +656,52 @@ async fn at_rest(n: usize, idle: Duration, setup: Duration) {
             last_report = Instant::now();
         }
     }
-    drop(changes);
-    let healthy_count = healthy_now.len();
-    let cold_start = started.elapsed();
-    let setup_writes = controller_writes(&cluster.sim.requests()).count();
-    let rss_healthy = memory(controller.pid);
-    // Keeps the log (and the snapshots `quiet` takes of it) small.
-    cluster.sim.clear_requests();
-    let quiet_for = Duration::from_secs(5);
-    let settled = cluster.quiet(quiet_for, Duration::from_secs(60)).await;
-    // `quiet` returns once the last write is `quiet_for` old: rest began then.
-    let at_rest_after = started.elapsed().saturating_sub(quiet_for);
-
-    cluster.sim.clear_requests();
-    let cpu_before = cpu_seconds(controller.pid);
-    let own_before = cpu_seconds(std::process::id());
-    let window_start = Instant::now();
-    tokio::time::sleep(idle).await;
-    let window = window_start.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(controller.pid) - cpu_before;
-    let own_cpu = cpu_seconds(std::process::id()) - own_before;
-    let rss_idle = memory(controller.pid);
-    let own_memory = memory(std::process::id());
-    let requests = cluster.sim.requests();
-    let mut writes = Tally::default();
-    for record in controller_writes(&requests) {
-        writes.add(record);
+    // The first tick fires at once, before any request: it is not a second of load.
+    let counted = per_second.get(1..).unwrap_or_default();
+    Healthy {
+        healthy: healthy_now.len(),
+        elapsed: started.elapsed(),
+        peak_rps: counted.iter().copied().max().unwrap_or(0),
+        mean_rps: counted.iter().sum::<usize>() as f64 / counted.len().max(1) as f64,
+        seconds: counted.len(),
     }
-    let mut reads: BTreeMap<String, usize> = BTreeMap::new();
-    for record in requests
-        .iter()
-        .filter(|r| r.user_agent.starts_with(CONTROLLER_AGENT) && !is_write(r))
-    {
-        *reads
-            .entry(format!("{} {}", record.verb, record.resource))
-            .or_default() += 1;
-    }
+}
 
-    println!("\n== 2. {n} Rollouts at rest (replicas 1) ==");
-    println!(
-        "setup: {n} Rollouts stored in {:.2} s; {healthy_count}/{n} Healthy {:.1} s after the \
-         controller started, with {setup_writes} controller writes; quiet before the window: {}",
-        stored_in.as_secs_f64(),
-        cold_start.as_secs_f64(),
-        if settled {
-            "yes"
-        } else {
-            "no (still writing after 60 s)"
-        }
-    );
-    if settled && healthy_count == n {
-        println!(
-            "at rest (all Healthy, last write) {:.1} s after the controller started",
-            at_rest_after.as_secs_f64()
-        );
-    } else {
-        println!("did not reach rest: {healthy_count}/{n} Healthy, quiet: {settled}");
-    }
-    println!("objects in kube-sim: {}", cluster.sim.object_count());
-    println!("idle window: {window:.1} s");
-    println!(
-        "  controller writes: {} (target 0){}",
-        writes.total(),
-        if writes.total() > 0 {
-            format!(
-                ": rs scale {}, rs create {}, status {}, events {}, other {:?}",
-                writes.scale, writes.create, writes.status, writes.events, writes.other
-            )
-        } else {
-            String::new()
-        }
-    );
-    println!(
-        "  controller writes per idle Rollout per minute: {:.4}",
-        writes.total() as f64 / n as f64 / (window / 60.0)
-    );
-    println!("  controller reads and watches: {reads:?}");
-    println!(
-        "  controller CPU: {cpu:.2} s ({:.2}% of one core)",
-        100.0 * cpu / window
-    );
-    println!(
-        "  controller memory: VmRSS {} MB once Healthy, {} MB after the window, peak VmHWM {} MB \
-         (budget at 10,000: < 500 MB)",
-        rss_healthy.rss_mb, rss_idle.rss_mb, rss_idle.hwm_mb
-    );
-    println!(
-        "  kube-sim + benchmark process: CPU {own_cpu:.2} s ({:.2}% of one core), VmRSS {} MB",
-        100.0 * own_cpu / window,
-        own_memory.rss_mb
-    );
+/// Healthy on its current revision with every pod of the spec available.
+fn rollout_healthy(rollout: &Rollout) -> bool {
+    rollout.status.as_ref().is_some_and(|status| {
+        status.phase == "Healthy"
+            && !status.current_pod_hash.is_empty()
+            && status.stable_rs == status.current_pod_hash
+            && status.available_replicas == rollout.spec.replicas.unwrap_or(1)
+    })
+}
 
+/// Releases each target in turn while the rest are at rest: the time from sending the image
+/// change to the first controller write in its namespace, and the PATCH's own round trip.
+async fn one_at_a_time(
+    cluster: &Cluster,
+    targets: &[Target],
+) -> (Vec<Duration>, Vec<Duration>, usize) {
     let mut samples = Vec::new();
+    let mut round_trips = Vec::new();
     let mut missed = 0;
-    for i in 0..latency_rollouts {
+    for target in targets {
         // A stalled simulator would otherwise cost 30 s per sample.
         if missed >= 3 {
             break;
         }
-        let namespace = format!("lat-{i}");
-        let api: Api<Rollout> = Api::namespaced(cluster.client.clone(), &namespace);
+        let api: Api<Rollout> = Api::namespaced(cluster.client.clone(), &target.namespace);
         cluster.sim.clear_requests();
         let sent = Instant::now();
-        set_image(&api, &format!("idle-{i}"), "app:v2").await;
+        set_image(&api, &target.name, "app:v2").await;
+        round_trips.push(sent.elapsed());
         let deadline = sent + Duration::from_secs(30);
+        let mut seen = 0;
         loop {
-            let seen = controller_writes(&cluster.sim.requests()).any(|r| r.namespace == namespace);
-            if seen {
+            let new = cluster.sim.requests_since(seen);
+            seen += new.len();
+            if controller_writes(&new).any(|r| r.namespace == target.namespace) {
                 samples.push(sent.elapsed());
                 break;
             }
@@ -411,30 +712,124 @@ async fn at_rest(n: usize, idle: Duration, setup: Duration) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
-    drop(controller);
-    samples.sort();
-    println!("\n== 3. Reconcile latency at rest ({n} Rollouts) ==");
-    if samples.is_empty() {
-        println!("no write seen within 30 s of any of {latency_rollouts} image changes");
-    } else {
-        let at = |q: f64| {
-            let index = ((samples.len() - 1) as f64 * q).round() as usize;
-            samples[index].as_secs_f64() * 1000.0
-        };
-        println!(
-            "image change -> first controller write: median {:.1} ms, p99 {:.1} ms, max {:.1} ms \
-             over {} samples{}",
-            at(0.5),
-            at(0.99),
-            at(1.0),
-            samples.len(),
-            if missed > 0 {
-                format!(" ({missed} saw no write within 30 s; stopped after 3 such)")
-            } else {
-                String::new()
+    (samples, round_trips, missed)
+}
+
+/// What the trickle of releases measured.
+struct Trickled {
+    releases: usize,
+    samples: Vec<Duration>,
+    missed: usize,
+    writes: Tally,
+}
+
+/// For `length`, releases 1% of the `n` Rollouts per minute, each to a new image, picking
+/// among `candidates` one whose namespace has seen no release for the profile's release time;
+/// times each release to the controller's first write in its namespace.
+async fn trickle(
+    cluster: &Cluster,
+    profile: Profile,
+    n: usize,
+    candidates: &[Target],
+    length: Duration,
+) -> Trickled {
+    let every = Duration::from_secs_f64(60.0 / (0.01 * n as f64).max(1.0 / 60.0));
+    let mut released_at: HashMap<String, Instant> = HashMap::new();
+    let mut pending: Vec<(String, Instant)> = Vec::new();
+    let mut samples = Vec::new();
+    let mut releases = 0;
+    let mut missed = 0;
+    let mut writes = Tally::default();
+    cluster.sim.clear_requests();
+    let mut seen = 0;
+    let started = Instant::now();
+    let mut next_release = started;
+    let mut pick = 0usize;
+    while started.elapsed() < length || !pending.is_empty() {
+        let now = Instant::now();
+        if now >= next_release && started.elapsed() < length {
+            next_release += every;
+            // A stride coprime with most lengths walks every candidate in a scattered order.
+            let free = (0..candidates.len()).find_map(|step| {
+                let target = &candidates[(pick * 7919 + step) % candidates.len()];
+                let busy = released_at
+                    .get(&target.namespace)
+                    .is_some_and(|at| at.elapsed() < profile.release_takes());
+                (!busy).then_some(target)
+            });
+            pick += 1;
+            if let Some(target) = free {
+                releases += 1;
+                let api: Api<Rollout> = Api::namespaced(cluster.client.clone(), &target.namespace);
+                let sent = Instant::now();
+                released_at.insert(target.namespace.clone(), sent);
+                pending.push((target.namespace.clone(), sent));
+                set_image(&api, &target.name, &format!("app:t{releases}")).await;
             }
-        );
+        }
+        let new = cluster.sim.requests_since(seen);
+        seen += new.len();
+        for record in controller_writes(&new) {
+            writes.add(record);
+            if let Some(at) = pending.iter().position(|(ns, _)| *ns == record.namespace) {
+                samples.push(pending.swap_remove(at).1.elapsed());
+            }
+        }
+        pending.retain(|(_, sent)| {
+            let late = sent.elapsed() > Duration::from_secs(30);
+            missed += usize::from(late);
+            !late
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    Trickled {
+        releases,
+        samples,
+        missed,
+        writes,
+    }
+}
+
+fn print_latency(samples: &[Duration], missed: usize, tried: usize) {
+    if samples.is_empty() {
+        println!("  no write seen within 30 s of any of {tried} image changes");
+        return;
+    }
+    print_latency_line("  image change -> first controller write", samples);
+    if missed > 0 {
+        println!("  {missed} of {tried} saw no write within 30 s");
+    }
+}
+
+/// Median, p99 and max of `samples` in milliseconds (with 50 samples p99 is the slowest).
+fn print_latency_line(label: &str, samples: &[Duration]) {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let Some(last) = sorted.len().checked_sub(1) else {
+        return;
+    };
+    let at = |q: f64| sorted[(last as f64 * q).round() as usize].as_secs_f64() * 1000.0;
+    println!(
+        "{label}: median {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} samples",
+        at(0.5),
+        at(0.99),
+        at(1.0),
+        sorted.len()
+    );
+}
+
+/// The controller's reads, by verb and resource.
+fn controller_reads(requests: &[RequestRecord]) -> BTreeMap<String, usize> {
+    let mut reads: BTreeMap<String, usize> = BTreeMap::new();
+    for record in requests
+        .iter()
+        .filter(|r| r.user_agent.starts_with(CONTROLLER_AGENT) && !is_write(r))
+    {
+        *reads
+            .entry(format!("{} {}", record.verb, record.resource))
+            .or_default() += 1;
+    }
+    reads
 }
 
 /// A simulator with the project's CRDs, a kubeconfig for it and a client.
@@ -446,11 +841,19 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(name: &str, event_log_capacity: usize) -> Self {
-        let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/yaml");
+    fn start(name: &str, event_log_capacity: usize, profile: Profile, seed: u64) -> Self {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let (crd_dirs, pod_readiness) = match profile {
+            Profile::Easy => (vec![root.join("crds/yaml")], None),
+            Profile::Realistic => (
+                vec![root.join("crds/yaml"), root.join("e2e/crds")],
+                Some(scale_profile::pod_readiness(seed)),
+            ),
+        };
         let sim = start(SimOptions {
-            crd_dirs: vec![crds],
+            crd_dirs,
             pod_ready_after: POD_READY_AFTER,
+            pod_readiness,
             // Watchers that fall behind a burst of N creates must not be forced to relist.
             event_log_capacity,
             // The traffic and metrics simulation would only add load to the figures.
@@ -631,20 +1034,26 @@ where
 struct ControllerProcess {
     _child: Child,
     pid: u32,
+    health: std::net::SocketAddr,
 }
 
 impl ControllerProcess {
-    fn start(kubeconfig: &PathBuf) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"))
+    fn start(kubeconfig: &PathBuf, settings: &Settings) -> Self {
+        // A free port for /readyz, so the restart figure can poll it.
+        let health = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"));
+        command
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--leader-elect=false", "--log-level", "warn"])
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--health-addr",
-                "127.0.0.1:0",
-            ])
+            .args(["--metrics-addr", "127.0.0.1:0", "--health-addr"])
+            .arg(health.to_string());
+        if let Some((qps, burst)) = &settings.client_limit {
+            command.args(["--qps", qps, "--burst", burst]);
+        }
+        let child = command
             .env_remove("RUST_LOG")
             .env_remove("ROLLOUTS_NAMESPACE")
             .stdout(Stdio::null())
@@ -653,7 +1062,33 @@ impl ControllerProcess {
             .spawn()
             .expect("starts the controller");
         let pid = child.id().expect("the controller has a pid");
-        Self { _child: child, pid }
+        Self {
+            _child: child,
+            pid,
+            health,
+        }
+    }
+
+    /// Polls /readyz until it answers 200; false if `limit` passed first.
+    async fn wait_ready(&self, limit: Duration) -> bool {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(mut stream) = tokio::net::TcpStream::connect(self.health).await {
+                let mut answer = Vec::new();
+                let asked = stream
+                    .write_all(b"GET /readyz HTTP/1.0\r\nHost: controller\r\n\r\n")
+                    .await;
+                if asked.is_ok()
+                    && stream.read_to_end(&mut answer).await.is_ok()
+                    && (answer.starts_with(b"HTTP/1.1 200") || answer.starts_with(b"HTTP/1.0 200"))
+                {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
     }
 }
 
