@@ -734,16 +734,25 @@ async fn an_aborted_canary_mails_each_subscribed_address_once() {
 #[tokio::test]
 async fn teams_hears_each_new_revision_and_the_pause_as_message_cards() {
     let cluster = Cluster::start("teams");
-    // A Teams incoming webhook answers `1`.
+    // A Teams incoming webhook answers `1`; anything else is a refusal, even with a 200.
     let teams = Receiver::start(&[], 200, "1").await;
+    let refusing = Receiver::start(
+        &[],
+        200,
+        "Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 400",
+    )
+    .await;
     cluster
         .configure(
             json!({
-                "service.teams": "recipientUrls:\n  ops: $teams-ops\n",
+                "service.teams": "recipientUrls:\n  ops: $teams-ops\n  old-channel: $teams-old\n",
                 "template.rollout-updated": "message: Rollout {{.rollout.metadata.name}} has been updated.\nteams:\n  title: Rollout {{.rollout.metadata.name}} updated\n  facts: |\n    [{\"name\": \"revision\", \"value\": \"{{index .rollout.metadata.annotations \"rollout.argoproj.io/revision\"}}\"}, {\"name\": \"service\", \"value\": \"{{.serviceType}}\"}]\n",
                 "template.rollout-paused": "message: Rollout {{.rollout.metadata.name}} has been paused.\nteams:\n  title: Paused\n  themeColor: '#FFA500'\n",
             }),
-            json!({"teams-ops": format!("{}/webhookb2/ops", teams.url)}),
+            json!({
+                "teams-ops": format!("{}/webhookb2/ops", teams.url),
+                "teams-old": format!("{}/webhookb2/old", refusing.url),
+            }),
         )
         .await;
     let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
@@ -752,7 +761,7 @@ async fn teams_hears_each_new_revision_and_the_pause_as_message_cards() {
             "tell",
             json!({
                 "notifications.argoproj.io/subscribe.on-rollout-updated.teams": "ops",
-                "notifications.argoproj.io/subscribe.on-rollout-paused.teams": "ops",
+                "notifications.argoproj.io/subscribe.on-rollout-paused.teams": "ops;old-channel",
             }),
         )
         .await;
@@ -809,6 +818,24 @@ async fn teams_hears_each_new_revision_and_the_pause_as_message_cards() {
         (sends(&controller, "teams", "success").await == 3).then_some(())
     })
     .await;
+    let warning = eventually(DEADLINE, "the refused card as a warning", || async {
+        cluster
+            .warnings_or_events("tell", "NotificationFailed")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    let note = warning.note.unwrap_or_default();
+    assert!(
+        note.contains("teams:old-channel") && note.contains("Teams refused the message"),
+        "{note}"
+    );
+    assert_eq!(
+        refusing.received().len(),
+        1,
+        "a refusal is final, not tried again"
+    );
     let events = cluster.warnings_or_events("tell", "RolloutPaused").await;
     assert_eq!(events.len(), 1, "one RolloutPaused event: {events:?}");
     assert_eq!(
