@@ -19,13 +19,16 @@ pub const MAX_RESPONSE_BYTES: u64 = 1024 * 1024 * 1024;
 pub const DEFAULT_MEASUREMENT_CONCURRENCY: u16 =
     crate::analysisrun::bounds::DEFAULT_MEASUREMENT_CONCURRENCY;
 
-/// Defaults of the concurrency and rate-limit flags: Argo's (cmd/rollouts-controller/main.go:
-/// DefaultRolloutThreads, DefaultAnalysisThreads, DefaultQPS, DefaultBurst), so a controller that
-/// takes over from Argo puts the same load on the API server.
+/// Defaults of the concurrency flags: Argo's (DefaultRolloutThreads, DefaultAnalysisThreads in
+/// cmd/rollouts-controller/main.go).
 pub const DEFAULT_ROLLOUT_THREADS: u16 = 10;
 pub const DEFAULT_ANALYSIS_THREADS: u16 = 30;
-pub const DEFAULT_QPS: f64 = 40.0;
-pub const DEFAULT_BURST: u32 = 80;
+/// Defaults of the client rate limit: ten times Argo's (DefaultQPS 40, DefaultBurst 80). Argo
+/// reads Services and router objects from informers; we read them fresh in each reconcile, and
+/// measured 10,000 Rollouts releasing 1% a minute need a few hundred requests a second. Below
+/// that, every release's first write queues behind the others' (docs/scale.md).
+pub const DEFAULT_QPS: f64 = 400.0;
+pub const DEFAULT_BURST: u32 = 800;
 
 /// A progressive delivery controller for Argo Rollouts' `Rollout` kind.
 #[derive(Clone, Debug, Parser)]
@@ -51,12 +54,12 @@ pub struct Flags {
     pub analysis_threads: u16,
 
     /// Requests per second the controller sends the API server at most, on average
-    /// (client-side token bucket; Argo's default: 40).
+    /// (client-side token bucket; Argo's default is 40, see docs/scale.md for ours).
     #[arg(long, default_value_t = DEFAULT_QPS, value_parser = parse_qps)]
     pub qps: f64,
 
     /// Requests the controller may send at once above --qps after a quiet spell (Argo's
-    /// default: 80).
+    /// default is 80).
     #[arg(long, default_value_t = DEFAULT_BURST, value_parser = clap::value_parser!(u32).range(1..))]
     pub burst: u32,
 
@@ -264,14 +267,14 @@ mod tests {
     }
 
     #[test]
-    fn defaults_match_argo_and_the_deployment() {
+    fn defaults_are_argos_and_the_deployments_but_the_rate_limit() {
         let flags = parse(&[]).expect("no flags is valid");
         assert_eq!(flags.namespace, None);
         assert_eq!(flags.instance_id, None);
         assert_eq!(flags.rollout_threads, 10);
         assert_eq!(flags.analysis_threads, 30);
-        assert_eq!(flags.qps, 40.0);
-        assert_eq!(flags.burst, 80);
+        assert_eq!(flags.qps, 400.0);
+        assert_eq!(flags.burst, 800);
         assert!(flags.leader_elect);
         assert_eq!(flags.lease_name, "rollouts-controller-lock");
         assert_eq!(flags.lease_duration, Duration::from_secs(15));
@@ -368,7 +371,7 @@ mod tests {
         let error = parse(&["--analysis-threads", "0"]).expect_err("zero workers");
         assert!(error.to_string().contains("--analysis-threads"), "{error}");
         for bad in ["0", "-1", "NaN", "inf", "fast"] {
-            let error = parse(&["--qps", bad]).expect_err("not a rate");
+            let error = parse(&[&format!("--qps={bad}")]).expect_err("not a rate");
             assert!(error.to_string().contains("--qps"), "{error}");
         }
         let error = parse(&["--burst", "0"]).expect_err("no request could go");

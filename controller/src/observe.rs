@@ -76,39 +76,23 @@ pub async fn observe(
         .iter()
         .map(|experiment| observed_experiment(experiment))
         .collect();
-    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
-    let mut services = LiveServices::new();
-    let mut missing_services = BTreeSet::new();
-    for (_, service) in named_services(rollout) {
-        match service_api.get_opt(&service).await {
-            Ok(Some(live)) => {
-                services.insert(service, live);
-            }
-            Ok(None) => {
-                missing_services.insert(service);
-            }
-            Err(source) => {
-                return Err(Error::Read {
-                    kind: "Service",
-                    namespace: namespace.to_string(),
-                    object: service,
-                    rollout: rollout.name_any(),
-                    source: Box::new(source),
-                });
-            }
-        }
-    }
+    // The reads are independent: sent together, a reconcile waits for the slowest one rather
+    // than for their sum before its first write.
+    let (services, (restart_pods, workload), live_templates, traffic_weight_verified) = tokio::try_join!(
+        read_services(rollout, namespace, ctx),
+        observe_restart_and_workload(rollout, &replica_sets, ctx),
+        observe_live_templates(rollout, &replica_sets, ctx),
+        verify_recorded_weight(rollout, routers),
+    )?;
+    let (services, missing_services) = services;
     let shared_objects = shared_objects(rollout, &services, &ctx.claims);
-    let (restart_pods, workload) =
-        observe_restart_and_workload(rollout, &replica_sets, ctx).await?;
-    let live_templates = observe_live_templates(rollout, &replica_sets, ctx).await?;
     // Every field named: a field the planner adds must be observed here, not defaulted.
     let observed = Observed {
         replica_sets,
         analysis_runs,
         experiments,
         missing_services,
-        traffic_weight_verified: verify_recorded_weight(rollout, routers).await?,
+        traffic_weight_verified,
         restart_pods,
         workload,
         // Read by `templates` only when a plan creates a run.
@@ -118,6 +102,43 @@ pub async fn observe(
         shared_objects,
     };
     Ok((observed, services))
+}
+
+/// The Services the spec names that exist, and those that do not, read at once.
+async fn read_services(
+    rollout: &Rollout,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<(LiveServices, BTreeSet<String>)> {
+    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    let reads = named_services(rollout).into_iter().map(|(_, service)| {
+        let service_api = service_api.clone();
+        async move {
+            match service_api.get_opt(&service).await {
+                Ok(live) => Ok((service, live)),
+                Err(source) => Err(Error::Read {
+                    kind: "Service",
+                    namespace: namespace.to_string(),
+                    object: service,
+                    rollout: rollout.name_any(),
+                    source: Box::new(source),
+                }),
+            }
+        }
+    });
+    let mut services = LiveServices::new();
+    let mut missing_services = BTreeSet::new();
+    for (service, live) in futures::future::try_join_all(reads).await? {
+        match live {
+            Some(live) => {
+                services.insert(service, live);
+            }
+            None => {
+                missing_services.insert(service);
+            }
+        }
+    }
+    Ok((services, missing_services))
 }
 
 /// The objects the spec names that other Rollouts name too, from the claims index (no API
