@@ -447,3 +447,47 @@ async fn get_rollout_draws_its_experiment_under_its_revision() {
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_experiment_that_does_not_decode_is_named_and_the_others_listed() {
+    let world = world("undecodable");
+    world
+        .sim
+        .create(NAMESPACE, experiment("good", "shop", None))
+        .expect("experiment");
+    let mut bad = experiment("bad", "shop", None);
+    bad["spec"]["templates"][0]["replicas"] = json!(3_000_000_000u64);
+    world
+        .create_raw(
+            "/apis/argoproj.io/v1alpha1/namespaces/default/experiments",
+            &bad,
+        )
+        .await;
+
+    let out = world.run(&["list", "experiments"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let names: Vec<&str> = stdout
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["good"], "{stdout}");
+    assert!(
+        stderr.starts_with(
+            "warning: Experiment \"bad\" in namespace \"default\" cannot be decoded: spec.templates[0].replicas: invalid value: integer `3000000000`"
+        ) && stderr.contains("(fix: "),
+        "{stderr}"
+    );
+
+    let get = world.run(&["get", "experiment", "bad"]);
+    assert!(!get.status.success());
+    let stderr = String::from_utf8_lossy(&get.stderr);
+    assert!(
+        stderr.starts_with("error: experiments.argoproj.io \"bad\" cannot be decoded: spec.templates[0].replicas: invalid value: integer `3000000000`"),
+        "{stderr}"
+    );
+}
