@@ -395,18 +395,21 @@ fn reconcile_template(
     let rs = observed.replica_sets.get(&template.name);
     match rs {
         None => {
-            // A template never started is not started once the experiment ends.
-            if desired > 0 {
+            // A template never started is not started once the experiment ends; one of zero
+            // replicas still gets its (empty) ReplicaSet, and so its hash, as in Argo.
+            if !terminating && !is_completed(status.status) {
                 match build::replica_set(experiment, template, desired) {
                     Ok(replica_set) => {
-                        plan.event(
-                            false,
-                            "NewReplicaSetCreated",
-                            format!(
-                                "Created new replica set \"{}\" with size {desired}",
-                                replica_set.name_any()
-                            ),
-                        );
+                        if desired > 0 {
+                            plan.event(
+                                false,
+                                "NewReplicaSetCreated",
+                                format!(
+                                    "Created new replica set \"{}\" with size {desired}",
+                                    replica_set.name_any()
+                                ),
+                            );
+                        }
                         plan.create_replica_sets
                             .push((template.name.clone(), replica_set));
                         status.last_transition_time = Some(Time(now));

@@ -878,3 +878,28 @@ fn every_experiment_in_the_examples_is_valid() {
     }
     assert!(checked > 0, "examples/ holds an Experiment");
 }
+
+#[test]
+fn a_template_of_zero_replicas_gets_an_empty_replica_set_and_its_hash() {
+    let experiment = experiment(json!({"templates": [template("idle", 0), template("canary", 1)]}));
+    let first = plan(&experiment, &Observed::default(), at(0));
+    let idle = first
+        .create_replica_sets
+        .iter()
+        .find(|(template, _)| template == "idle")
+        .map(|(_, rs)| rs)
+        .expect("a ReplicaSet for the idle template, as Argo makes");
+    assert_eq!(idle.spec.as_ref().and_then(|s| s.replicas), Some(0));
+    assert_eq!(
+        reasons(&first)
+            .iter()
+            .filter(|r| **r == "NewReplicaSetCreated")
+            .count(),
+        1,
+        "no creation event for an empty one, as in Argo"
+    );
+    assert_eq!(
+        template_code(&first.status, "idle"),
+        Some(TemplateStatusCode::Running)
+    );
+}
