@@ -1019,6 +1019,83 @@ async fn in_chromium_the_real_controllers_analysis_run_is_plotted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_restores_the_revision_the_page_names() {
+    let world = world("rollback");
+    let created = world
+        .sim
+        .create("default", rollout("web", "web:2"))
+        .expect("seed web");
+    for (revision, hash, image) in [("1", "aaa", "web:1"), ("2", "bbb", "web:2")] {
+        world
+            .sim
+            .create(
+                "default",
+                json!({
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "metadata": {
+                        "name": format!("web-{hash}"), "namespace": "default",
+                        "labels": {"app": "web", "rollouts-pod-template-hash": hash},
+                        "annotations": {"rollout.argoproj.io/revision": revision},
+                        "ownerReferences": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                            "name": "web", "uid": created["metadata"]["uid"], "controller": true}]
+                    },
+                    "spec": {
+                        "replicas": 0,
+                        "selector": {"matchLabels": {"app": "web", "rollouts-pod-template-hash": hash}},
+                        "template": {
+                            "metadata": {"labels": {"app": "web", "rollouts-pod-template-hash": hash}},
+                            "spec": {"containers": [{"name": "main", "image": image}]}
+                        }
+                    }
+                }),
+            )
+            .expect("seed a revision's ReplicaSet");
+    }
+    let kubeconfig = world.kubeconfig();
+    let dashboard = dashboard(&world, &kubeconfig);
+    let page = eventually("web's page", async || {
+        let (_, page) = dashboard.get("/rollouts/default/web").await;
+        page.contains("data-action=").then_some(page)
+    })
+    .await;
+    assert!(
+        page.contains("data-action=\"rollback\"")
+            && page.contains("data-prompt=\"REVISION (0: the one before the newest)\""),
+        "{page}"
+    );
+    let rollback = async |revision: &str| {
+        exchange_with_body(
+            &dashboard.authority,
+            "POST",
+            "/api/rollouts/default/web/rollback",
+            &["X-Rollouts-Dashboard: action"],
+            revision,
+        )
+        .await
+    };
+    let (status, body) = rollback("1").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "rollout 'web' rolled back to revision 1")
+    );
+    assert_eq!(
+        world.rollout("web").await["spec"]["template"]["spec"]["containers"][0]["image"],
+        "web:1"
+    );
+    let (status, body) = rollback("1").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            200,
+            "skipped rollback (current template already matches revision 1)"
+        )
+    );
+    let (status, body) = rollback("one").await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("\"one\" is not a revision number"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rollout_page_draws_its_experiment_and_streams_its_changes() {
     let world = world("experiment");
     let created = world

@@ -6,9 +6,9 @@ use k8s_openapi::jiff::Timestamp;
 use std::time::Duration;
 
 use crate::cluster::Cluster;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::patch::PatchRequest;
-use crate::verbs::{abort, pause, promote, restart, resume, retry, set_image};
+use crate::verbs::{abort, pause, promote, restart, resume, retry, set_image, undo};
 
 /// What a button asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,10 +22,13 @@ pub enum Action {
     Restart,
     /// `CONTAINER=IMAGE`, sent as the request body.
     SetImage,
+    /// `kubectl rollouts undo --to-revision N`; the revision (0: the one before the newest)
+    /// is sent as the request body.
+    Rollback,
 }
 
 impl Action {
-    pub const ALL: [Action; 8] = [
+    pub const ALL: [Action; 9] = [
         Action::Promote,
         Action::PromoteFull,
         Action::Abort,
@@ -34,6 +37,7 @@ impl Action {
         Action::Resume,
         Action::Restart,
         Action::SetImage,
+        Action::Rollback,
     ];
 
     /// The action's name in URLs.
@@ -47,6 +51,7 @@ impl Action {
             Action::Resume => "resume",
             Action::Restart => "restart",
             Action::SetImage => "set-image",
+            Action::Rollback => "rollback",
         }
     }
 
@@ -65,6 +70,7 @@ impl Action {
             Action::Resume => "Resume",
             Action::Restart => "Restart",
             Action::SetImage => "Set image",
+            Action::Rollback => "Rollback",
         }
     }
 
@@ -83,6 +89,9 @@ impl Action {
             Action::Resume => format!("Resume rollout '{name}' (clears spec.paused)?"),
             Action::Restart => format!("Restart every pod of rollout '{name}'?"),
             Action::SetImage => format!("Set this image on rollout '{name}'?"),
+            Action::Rollback => {
+                format!("Roll rollout '{name}' back to this revision's pod template?")
+            }
         }
     }
 }
@@ -134,6 +143,10 @@ pub async fn perform(
             let (container, image) = set_image::parse_assignment(argument.trim())?;
             set_image::set_image(cluster, name, container, image).await
         }
+        Action::Rollback => {
+            let revision = rollback_revision(argument)?;
+            undo::undo(cluster, name, revision).await
+        }
         Action::Restart => {
             send(vec![restart::restart_patch(
                 name,
@@ -149,9 +162,38 @@ pub async fn perform(
     }
 }
 
+/// The revision a Rollback was given: a number, empty or 0 for the one before the newest.
+fn rollback_revision(argument: &str) -> Result<i64> {
+    let text = argument.trim();
+    if text.is_empty() {
+        return Ok(0);
+    }
+    text.parse::<i64>()
+        .ok()
+        .filter(|revision| *revision >= 0)
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "rollback: revision {text:?} is not a revision number (fix: give the number of a revision the rollout's tree shows, or 0 for the one before the newest)"
+            ))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rollback_takes_a_revision_number_or_nothing() {
+        assert_eq!(rollback_revision(" 3 ").ok(), Some(3));
+        assert_eq!(rollback_revision("").ok(), Some(0));
+        let error = rollback_revision("three").expect_err("not a number");
+        assert!(
+            error
+                .to_string()
+                .contains("\"three\" is not a revision number")
+        );
+        assert!(rollback_revision("-1").is_err());
+    }
 
     #[test]
     fn every_action_round_trips_through_its_url_name() {

@@ -379,6 +379,10 @@ fn actions_html(namespace: &str, name: &str, first_assignment: &str) -> String {
                 " data-prompt=\"CONTAINER=IMAGE\" data-value=\"{}\"",
                 escape(first_assignment)
             ),
+            Action::Rollback => {
+                " data-prompt=\"REVISION (0: the one before the newest)\" data-value=\"0\""
+                    .to_string()
+            }
             _ => String::new(),
         };
         let _ = write!(

@@ -181,7 +181,14 @@ pub fn selector_query(selector: &LabelSelector) -> String {
 
 /// Reads the rollout and its ReplicaSets, then restores the chosen revision's template.
 pub async fn run(cluster: &Cluster, args: &Args) -> Result<()> {
-    let rollout = to_json(cluster.object(TargetKind::Rollout, &args.name).await?)?;
+    println!("{}", undo(cluster, &args.name, args.to_revision).await?);
+    Ok(())
+}
+
+/// Restores revision `to_revision` (0: the one before the newest) of rollout `name`; the
+/// sentence the verb prints. The dashboard's Rollback button calls it too.
+pub async fn undo(cluster: &Cluster, name: &str, to_revision: i64) -> Result<String> {
+    let rollout = to_json(cluster.object(TargetKind::Rollout, name).await?)?;
     let uid = rollout
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
@@ -194,37 +201,35 @@ pub async fn run(cluster: &Cluster, args: &Args) -> Result<()> {
         .transpose()
         .map_err(|e| {
             Error::Invalid(format!(
-                "rollout '{}': spec.selector is not a label selector: {e}",
-                args.name
+                "rollout '{name}': spec.selector is not a label selector: {e}"
             ))
         })?
         .unwrap_or_default();
     let replica_sets = cluster
-        .replica_sets(&selector_query(&selector), &args.name)
+        .replica_sets(&selector_query(&selector), name)
         .await?;
-    let (target, holder_name) = template_holder(&args.name, &rollout)?;
+    let (target, holder_name) = template_holder(name, &rollout)?;
     let holder = match target {
         TargetKind::Rollout => rollout,
         _ => to_json(cluster.object(target, &holder_name).await?)?,
     };
     let decision = undo_patch(
-        &args.name,
+        name,
         &uid,
         (target, &holder_name),
         &holder,
         &replica_sets,
-        args.to_revision,
+        to_revision,
     )?;
-    match decision {
+    Ok(match decision {
         UndoDecision::AlreadyAt { revision } => {
-            println!("skipped rollback (current template already matches revision {revision})");
+            format!("skipped rollback (current template already matches revision {revision})")
         }
         UndoDecision::Restore { revision, patch } => {
             cluster.apply(&patch).await?;
-            println!("rollout '{}' rolled back to revision {revision}", args.name);
+            format!("rollout '{name}' rolled back to revision {revision}")
         }
-    }
-    Ok(())
+    })
 }
 
 #[cfg(test)]
