@@ -31,7 +31,7 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use rollouts_crds::analysis::AnalysisRun;
 use rollouts_crds::experiment::Experiment;
 
@@ -231,6 +231,13 @@ pub async fn run(
                 Err(error) => Some(Err(error)),
             })
         })
+        // Kept: what a template's status and the scale-down read (counts, labels, annotations).
+        .modify(|rs| {
+            rs.managed_fields_mut().clear();
+            if let Some(spec) = rs.spec.as_mut() {
+                spec.template = None;
+            }
+        })
         .reflect(rs_writer)
         .touched_objects();
 
@@ -247,6 +254,14 @@ pub async fn run(
             Ok(event) => run_sorter.sort(event).and_then(experiment_owned).map(Ok),
             Err(error) => Some(Err(error)),
         })
+    })
+    // Kept: what the experiment follows (phase, message, terminate).
+    .modify(|run| {
+        run.managed_fields_mut().clear();
+        run.spec.metrics.clear();
+        if let Some(status) = run.status.as_mut() {
+            status.metric_results.clear();
+        }
     })
     .reflect(run_writer)
     .touched_objects();
@@ -303,7 +318,6 @@ async fn contained_reconcile(
     context: Arc<ExperimentContext>,
     panics: ReconcilePanics,
 ) -> Result<controller::Action> {
-    use kube::ResourceExt;
     let namespace = experiment.namespace().unwrap_or_default();
     let name = experiment.name_any();
     let reconcile = reconcile(experiment, context);
