@@ -673,6 +673,19 @@ impl Browser {
         text.as_str().map(String::from)
     }
 
+    /// Scrolls the first element matching `css` to the bottom of the window.
+    async fn scroll_to(&self, css: &str) {
+        self.command(
+            "POST",
+            "/execute/sync",
+            Some(json!({
+                "script": "document.querySelector(arguments[0]).scrollIntoView(false);",
+                "args": [css]
+            })),
+        )
+        .await;
+    }
+
     /// How many elements match `css`.
     async fn count(&self, css: &str) -> usize {
         let found = self
@@ -938,8 +951,13 @@ async fn in_chromium_the_real_controllers_analysis_run_is_plotted() {
         )
         .expect("seed the template");
     let mut web = rollout("web", "web:1");
+    // An experiment step first: its Experiment shows in the Rollout page's tree.
     web["spec"]["strategy"]["canary"]["steps"] = json!([
         {"setWeight": 50},
+        {"experiment": {"duration": "1s", "templates": [
+            {"name": "baseline", "specRef": "stable"},
+            {"name": "canary", "specRef": "canary"}
+        ]}},
         {"analysis": {"templates": [{"templateName": "success-rate"}]}},
         {"pause": {}}
     ]);
@@ -1015,6 +1033,31 @@ async fn in_chromium_the_real_controllers_analysis_run_is_plotted() {
     let shots = screenshot_dir();
     browser
         .screenshot(&shots.join("analysis-controller.png"))
+        .await;
+
+    // The Rollout's page draws the experiment step's Experiment, ended, under revision 2.
+    browser
+        .open(&format!(
+            "http://{}/rollouts/default/web",
+            dashboard.authority
+        ))
+        .await;
+    let tree = eventually("the experiment in the tree", async || {
+        browser.text("pre.tree").await.filter(|t| {
+            t.lines()
+                .any(|l| l.contains("Σ web-") && l.contains("Successful"))
+        })
+    })
+    .await;
+    let at = |needle: &str| tree.lines().position(|l| l.contains(needle));
+    assert!(
+        at("# revision:2") < at("Σ web-") && at("Σ web-") < at("# revision:1"),
+        "{tree}"
+    );
+    assert!(tree.contains("-2-1-baseline"), "{tree}");
+    browser.scroll_to("pre.tree").await;
+    browser
+        .screenshot(&shots.join("rollout-experiment.png"))
         .await;
 }
 
