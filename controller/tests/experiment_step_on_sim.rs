@@ -174,7 +174,8 @@ async fn the_experiment_step_promotes_on_success_and_aborts_on_failure() {
     let name = status.canary.current_experiment.clone();
     assert_eq!(name, format!("web-{second}-2-1"), "Argo's name");
     assert_eq!(status.current_step_index, Some(1));
-    let experiment = h.experiments().get(&name).await.expect("created");
+    // Status names it first; it is created right after.
+    let experiment = h.wait_experiment(&name, "created", |_| true).await;
     assert_eq!(experiment.labels()[HASH_LABEL], second);
     assert_eq!(
         experiment.annotations()["rollout.argoproj.io/revision"],

@@ -198,15 +198,29 @@ async fn weighted_templates_through(router: Router, name: &str) {
     ];
     let mut want_sorted = want.clone();
     want_sorted.sort();
+    let recorded_want = vec![
+        (format!("{experiment}-baseline"), 10),
+        (format!("{experiment}-canary"), 10),
+    ];
     let seen = std::sync::Mutex::new(String::new());
     support::eventually_with_log(
         DEADLINE,
         Duration::from_millis(50),
-        &format!("{router:?}: 10% to each experiment template's Service"),
+        &format!(
+            "{router:?}: 10% to each experiment template's Service, recorded in \
+             status.canary.weights.additional"
+        ),
         || seen.lock().map(|seen| seen.clone()).unwrap_or_default(),
         || async {
             let split = read_split().await;
             let status = sim.status("shop").await;
+            let recorded: Vec<(String, i32)> = status
+                .canary
+                .weights
+                .iter()
+                .flat_map(|weights| &weights.additional)
+                .map(|d| (d.service_name.clone(), d.weight))
+                .collect();
             let experiment = Api::<Experiment>::namespaced(sim.client.clone(), NAMESPACE)
                 .get(&experiment)
                 .await
@@ -214,30 +228,14 @@ async fn weighted_templates_through(router: Router, name: &str) {
                 .map(|ex| (ex.spec.templates, ex.status));
             if let Ok(mut seen) = seen.lock() {
                 *seen = format!(
-                    "\nsplit: {split:?}\nweights: {:?}\nexperiment status: {experiment:?}",
+                    "\nsplit: {split:?}\nweights: {:?}\nexperiment: {experiment:?}",
                     status.canary.weights
                 );
             }
-            (split == want_sorted).then_some(())
+            (split == want_sorted && recorded == recorded_want).then_some(())
         },
     )
     .await;
-    let status = sim.status("shop").await;
-    let recorded: Vec<(String, i32)> = status
-        .canary
-        .weights
-        .iter()
-        .flat_map(|weights| &weights.additional)
-        .map(|d| (d.service_name.clone(), d.weight))
-        .collect();
-    assert_eq!(
-        recorded,
-        vec![
-            (format!("{experiment}-baseline"), 10),
-            (format!("{experiment}-canary"), 10)
-        ],
-        "status.canary.weights.additional"
-    );
 
     // `kubectl rollouts terminate experiment`: the Experiment ends Successful, the step
     // completes, the Rollout is promoted and the experiment Services lose their share.
@@ -249,7 +247,7 @@ async fn weighted_templates_through(router: Router, name: &str) {
         )
         .await
         .expect("terminates the Experiment");
-    let promoted = sim.wait_healthy(DEADLINE, "shop", 2).await;
+    sim.wait_healthy(DEADLINE, "shop", 2).await;
     eventually(
         DEADLINE,
         &format!("{router:?}: all traffic to the stable, the experiment destinations gone"),
@@ -264,12 +262,15 @@ async fn weighted_templates_through(router: Router, name: &str) {
         },
     )
     .await;
-    assert!(
-        promoted
+    eventually(DEADLINE, "no experiment weight recorded", || async {
+        let status = sim.status("shop").await;
+        status
             .canary
             .weights
             .is_none_or(|weights| weights.additional.is_empty())
-    );
+            .then_some(())
+    })
+    .await;
     drop(controller);
 }
 
