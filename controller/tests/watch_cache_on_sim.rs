@@ -55,6 +55,8 @@ async fn a_reconcile_before_the_watch_shows_our_create_does_not_create_again() {
     caches.replica_sets.apply(&watcher::Event::InitDone);
     caches.analysis_runs.apply(&watcher::Event::Init);
     caches.analysis_runs.apply(&watcher::Event::InitDone);
+    caches.experiments.apply(&watcher::Event::Init);
+    caches.experiments.apply(&watcher::Event::InitDone);
     let (rollout_store, _writer) = reflector::store::<Rollout>();
     let ctx = Arc::new(Context::new(
         client.clone(),
