@@ -75,8 +75,8 @@ struct ControllerLabels {
 }
 
 /// `rollouts_controller_reconcile_panics_total{controller}`: reconciles that panicked, by
-/// controller (`rollout`, `analysisrun`). Clones share their values, so the AnalysisRun
-/// controller counts through its own clone.
+/// controller (`rollout`, `analysisrun`, `experiment`). Clones share their values, so the
+/// AnalysisRun and Experiment controllers count through their own clones.
 #[derive(Clone, Debug, Default)]
 pub struct ReconcilePanics(Family<ControllerLabels, Counter>);
 
