@@ -601,6 +601,24 @@ mod tests {
     }
 
     #[test]
+    fn a_full_promotion_terminates_the_running_experiment_and_promotes() {
+        let (mut world, _, current) = World::at_experiment(rollout());
+        let name = world.status().canary.current_experiment.clone();
+        world.set_phase(&name, AnalysisPhase::Running, "");
+        // `kubectl rollouts promote --full`.
+        world.rollout.status.as_mut().unwrap().promote_full = true;
+        let plans = world.settle();
+        let terminated: Vec<&String> = plans
+            .iter()
+            .flat_map(|plan| &plan.terminate_experiments)
+            .collect();
+        assert_eq!(terminated, vec![&name]);
+        assert!(World::created(&plans).is_empty());
+        assert_eq!(world.status().stable_rs, current);
+        assert_eq!(world.status().canary.current_experiment, "");
+    }
+
+    #[test]
     fn a_new_revision_terminates_the_experiment_of_the_old_one() {
         let (mut world, _, _) = World::at_experiment(rollout());
         let old = world.status().canary.current_experiment.clone();
