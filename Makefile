@@ -45,10 +45,12 @@ bench:
 
 ## The README's first command: on kube-sim with a real Prometheus (installed from Debian when
 ## missing and run as root), a canary the judge promotes and one it rolls back, shown live.
-## Logs stay in target/demo/.
+## Logs stay in target/demo/. `make demo DEMO_ARGS=--hold` keeps everything (the dashboard too)
+## running after the story, until Ctrl-C.
+DEMO_ARGS ?=
 demo:
 	$(CARGO) build -p rollouts-controller -p kubectl-rollouts -p rollouts-e2e --bins
-	$(CARGO) run -q -p rollouts-e2e --bin rollouts-demo
+	$(CARGO) run -q -p rollouts-e2e --bin rollouts-demo -- $(DEMO_ARGS)
 
 ## The fault soak: N Rollouts released at once on kube-sim under seeded faults (500s, 409s,
 ## 429s, cut watches, forced relists, latency spikes) while the controller is SIGKILLed and
