@@ -86,9 +86,14 @@ impl Receiver {
     }
 
     fn accepted(&self) -> Vec<Received> {
+        self.accepted_with(200)
+    }
+
+    /// The requests answered `status`.
+    fn accepted_with(&self, status: u16) -> Vec<Received> {
         self.received()
             .into_iter()
-            .filter(|r| r.answered == 200)
+            .filter(|r| r.answered == status)
             .collect()
     }
 }
@@ -288,6 +293,28 @@ async fn sends(controller: &Controller, service: &str, result: &str) -> u64 {
         .find_map(|line| line.strip_prefix(&series))
         .and_then(|count| count.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Waits until the controller has read the notification ConfigMap: events planned before that
+/// (the controller reads it once its controllers run) reach no subscriber.
+async fn configuration_loaded(controller: &Controller) {
+    let log = controller.logs();
+    eventually(
+        DEADLINE,
+        "the notification configuration loaded",
+        || async {
+            log.lock()
+                .expect("logs")
+                .iter()
+                .any(|entry| {
+                    entry
+                        .to_string()
+                        .contains("notification configuration loaded")
+                })
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 /// Waits until the controller has reconciled `name` `more` more times than `since`.
@@ -742,26 +769,33 @@ async fn teams_hears_each_new_revision_and_the_pause_as_message_cards() {
         "Webhook message delivery failed with error: Microsoft Teams endpoint returned HTTP error 400",
     )
     .await;
+    // A Teams Workflows (Power Automate) webhook answers 202.
+    let flows = Receiver::start(&[], 202, "").await;
     cluster
         .configure(
             json!({
                 "service.teams": "recipientUrls:\n  ops: $teams-ops\n  old-channel: $teams-old\n",
+                "service.teams-workflows": "recipientUrls:\n  ops: $flows-ops\n",
                 "template.rollout-updated": "message: Rollout {{.rollout.metadata.name}} has been updated.\nteams:\n  title: Rollout {{.rollout.metadata.name}} updated\n  facts: |\n    [{\"name\": \"revision\", \"value\": \"{{index .rollout.metadata.annotations \"rollout.argoproj.io/revision\"}}\"}, {\"name\": \"service\", \"value\": \"{{.serviceType}}\"}]\n",
-                "template.rollout-paused": "message: Rollout {{.rollout.metadata.name}} has been paused.\nteams:\n  title: Paused\n  themeColor: '#FFA500'\n",
+                "template.rollout-paused": "message: Rollout {{.rollout.metadata.name}} has been paused.\nteams:\n  title: Paused\n  themeColor: '#FFA500'\nteams-workflows:\n  title: Paused\n  themeColor: Warning\n",
             }),
             json!({
                 "teams-ops": format!("{}/webhookb2/ops", teams.url),
                 "teams-old": format!("{}/webhookb2/old", refusing.url),
+                "flows-ops": format!("{}/powerautomate/ops", flows.url),
             }),
         )
         .await;
     let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    // The first revision's event comes with the Rollout's first reconcile.
+    configuration_loaded(&controller).await;
     cluster
         .paused_canary(
             "tell",
             json!({
                 "notifications.argoproj.io/subscribe.on-rollout-updated.teams": "ops",
                 "notifications.argoproj.io/subscribe.on-rollout-paused.teams": "ops;old-channel",
+                "notifications.argoproj.io/subscribe.on-rollout-paused.teams-workflows": "ops",
             }),
         )
         .await;
@@ -835,6 +869,20 @@ async fn teams_hears_each_new_revision_and_the_pause_as_message_cards() {
         refusing.received().len(),
         1,
         "a refusal is final, not tried again"
+    );
+    let flow = eventually(DEADLINE, "the pause at the Teams workflow", || async {
+        flows.accepted_with(202).first().cloned()
+    })
+    .await;
+    assert_eq!(flow.path, "/powerautomate/ops");
+    let message: Value = serde_json::from_str(&flow.body).expect("JSON");
+    assert_eq!(message["type"], "message");
+    assert_eq!(
+        message["attachments"][0]["content"]["body"],
+        json!([
+            {"type": "TextBlock", "text": "Paused", "size": "Large", "weight": "Bolder", "color": "Warning", "wrap": true},
+            {"type": "TextBlock", "text": "Rollout tell has been paused.", "wrap": true}
+        ])
     );
     let events = cluster.warnings_or_events("tell", "RolloutPaused").await;
     assert_eq!(events.len(), 1, "one RolloutPaused event: {events:?}");

@@ -126,6 +126,9 @@ pub enum Service {
     PagerDutyV2(PagerDutyService),
     Email(EmailService),
     Teams(TeamsService),
+    /// `service.teams-workflows[.<name>]`: Teams Workflows (Power Automate) webhooks, with the
+    /// same settings as `teams`.
+    TeamsWorkflows(TeamsService),
 }
 
 impl Service {
@@ -136,6 +139,7 @@ impl Service {
             Self::PagerDutyV2(_) => "pagerdutyv2",
             Self::Email(_) => "email",
             Self::Teams(_) => "teams",
+            Self::TeamsWorkflows(_) => "teams-workflows",
         }
     }
 
@@ -145,7 +149,7 @@ impl Service {
             Self::Slack(slack) => slack.retry,
             Self::PagerDutyV2(pagerduty) => pagerduty.retry,
             Self::Email(email) => email.retry,
-            Self::Teams(teams) => teams.retry,
+            Self::Teams(teams) | Self::TeamsWorkflows(teams) => teams.retry,
         }
     }
 }
@@ -488,11 +492,11 @@ fn parse_service(
                 retry: RetryPolicy::default(),
             })
         }
-        "teams" => {
+        "teams" | "teams-workflows" => {
             let spec: TeamsSpec = serde_saphyr::from_str(value).map_err(|e| {
-                format!("not a teams service (recipientUrls, insecureSkipVerify): {e}")
+                format!("not a {type_} service (recipientUrls, insecureSkipVerify): {e}")
             })?;
-            Service::Teams(TeamsService {
+            let teams = TeamsService {
                 recipient_urls: spec
                     .recipient_urls
                     .into_iter()
@@ -500,13 +504,18 @@ fn parse_service(
                     .collect(),
                 insecure_skip_verify: spec.insecure_skip_verify,
                 retry: RetryPolicy::default(),
-            })
+            };
+            if type_ == "teams" {
+                Service::Teams(teams)
+            } else {
+                Service::TeamsWorkflows(teams)
+            }
         }
         other => {
             return Err(format!(
-                "service type {other:?} is not supported yet (webhook, slack, teams, pagerdutyv2 \
-                 and email are; a Slack incoming webhook or a Teams workflow can be sent with \
-                 `service.webhook.<name>`)"
+                "service type {other:?} is not supported yet (webhook, slack, teams, \
+                 teams-workflows, pagerdutyv2 and email are; a Slack incoming webhook can be sent \
+                 with `service.webhook.<name>`)"
             ));
         }
     };
@@ -604,6 +613,10 @@ mod tests {
                 "recipientUrls:\n  ops-channel: $teams-ops\n",
             ),
             (
+                "service.teams-workflows.flows",
+                "recipientUrls:\n  ops-channel: $teams-ops\n",
+            ),
+            (
                 "template.rollout-aborted",
                 "message: Rollout {{.rollout.metadata.name}} has been aborted.\n",
             ),
@@ -642,6 +655,11 @@ mod tests {
             "https://example.webhook.office.com/webhookb2/x"
         );
         assert_eq!(config.secrets["mail-user"].0, "bot");
+        assert!(
+            matches!(config.services.get("flows"), Some(Service::TeamsWorkflows(flows)) if flows.recipient_urls.contains_key("ops-channel")),
+            "teams-workflows flows: {:?}",
+            config.services
+        );
         let Some(Service::Webhook(ops)) = config.services.get("ops") else {
             panic!("webhook ops: {:?}", config.services);
         };

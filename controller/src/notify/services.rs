@@ -108,7 +108,174 @@ pub async fn send(
         }
         Service::Email(email) => send_email(email, notification, recipient).await,
         Service::Teams(teams) => send_teams(http, teams, notification, recipient).await,
+        Service::TeamsWorkflows(teams) => {
+            send_teams_workflows(http, teams, notification, recipient).await
+        }
     }
+}
+
+/// The body Argo's engine posts to a Teams Workflows webhook: a `message` whose one attachment
+/// is an Adaptive Card, the template's `teams-workflows.adaptiveCard` as written, else one
+/// built from `title` (coloured by `themeColor`), the text (`text`, else the message), `facts`
+/// and the facts of `sections` as fact sets, and `potentialAction`'s OpenUri actions as links.
+pub fn teams_workflows_message(notification: &Notification) -> Result<String, SendError> {
+    let teams = notification.teams_workflows.clone().unwrap_or_default();
+    let card = if teams.adaptive_card.trim().is_empty() {
+        adaptive_card(notification, &teams)?
+    } else {
+        serde_json::from_str(&teams.adaptive_card).map_err(|e| {
+            SendError::Request(format!(
+                "the template's teams-workflows.adaptiveCard is not JSON after rendering: {e}"
+            ))
+        })?
+    };
+    let message = serde_json::json!({
+        "type": "message",
+        "attachments": [{
+            "contentType": "application/vnd.microsoft.card.adaptive",
+            "content": card,
+        }],
+    });
+    Ok(message.to_string())
+}
+
+fn adaptive_card(
+    notification: &Notification,
+    teams: &super::template::TeamsSpec,
+) -> Result<serde_json::Value, SendError> {
+    use serde_json::{Value, json};
+    let list = |field: &str, text: &str| -> Result<Vec<Value>, SendError> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        serde_json::from_str(text).map_err(|e| {
+            SendError::Request(format!(
+                "the template's teams-workflows.{field} is not a JSON list after rendering: {e}"
+            ))
+        })
+    };
+    // A fact is `{"name", "value"}`; a value that is not text is written as JSON.
+    let fact_set = |facts: &[Value]| {
+        let facts: Vec<Value> = facts
+            .iter()
+            .filter_map(|fact| {
+                let name = fact["name"].as_str()?;
+                let value = match &fact["value"] {
+                    Value::String(text) => text.clone(),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                };
+                Some(json!({"title": name, "value": value}))
+            })
+            .collect();
+        (!facts.is_empty()).then(|| json!({"type": "FactSet", "facts": facts}))
+    };
+    let mut body = Vec::new();
+    if !teams.title.is_empty() {
+        let mut title = json!({
+            "type": "TextBlock", "text": teams.title, "size": "Large", "weight": "Bolder", "wrap": true
+        });
+        if !teams.theme_color.is_empty() {
+            title["color"] = teams.theme_color.clone().into();
+        }
+        body.push(title);
+    }
+    let text = if teams.text.is_empty() {
+        &notification.message
+    } else {
+        &teams.text
+    };
+    if !text.is_empty() {
+        body.push(json!({"type": "TextBlock", "text": text, "wrap": true}));
+    }
+    body.extend(fact_set(&list("facts", &teams.facts)?));
+    for section in list("sections", &teams.sections)? {
+        if let Some(facts) = section["facts"].as_array() {
+            body.extend(fact_set(facts));
+        }
+    }
+    let mut card = json!({"type": "AdaptiveCard", "version": "1.4", "body": body});
+    let actions: Vec<Value> = list("potentialAction", &teams.potential_action)?
+        .iter()
+        .filter(|action| action["@type"] == "OpenUri")
+        .filter_map(|action| {
+            let url = action["targets"][0]["uri"]
+                .as_str()
+                .filter(|u| !u.is_empty())?;
+            let mut link = json!({"type": "Action.OpenUrl", "url": url});
+            if let Some(name) = action["name"].as_str() {
+                link["title"] = name.into();
+            }
+            Some(link)
+        })
+        .collect();
+    if !actions.is_empty() {
+        card["actions"] = actions.into();
+    }
+    Ok(card)
+}
+
+/// Argo's check of a Teams Workflows URL: HTTPS (HTTP only to a loopback host) and a Power
+/// Automate address (`api.powerautomate.com`, `api.powerplatform.com`, `flow.microsoft.com`,
+/// `webhook.office.com/workflows`, or `/powerautomate/` in the path).
+fn check_workflows_url(url: &str) -> Result<(), SendError> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| SendError::Request(format!("the recipient's URL does not parse: {e}")))?;
+    let host = parsed.host_str().unwrap_or_default();
+    let loopback = host == "localhost" || host.starts_with("127.");
+    if !(parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback)) {
+        return Err(SendError::Request(
+            "a Teams Workflows URL must use https".to_string(),
+        ));
+    }
+    let lower = url.to_ascii_lowercase();
+    let workflows = [
+        "api.powerautomate.com",
+        "api.powerplatform.com",
+        "flow.microsoft.com",
+        "webhook.office.com/workflows",
+        "/powerautomate/",
+    ]
+    .iter()
+    .any(|pattern| lower.contains(pattern));
+    if !workflows {
+        return Err(SendError::Request(
+            "the recipient's URL is not a Teams Workflows (Power Automate) URL: expected api.powerautomate.com, api.powerplatform.com, flow.microsoft.com or webhook.office.com/workflows (a classic connector URL belongs to service.teams)".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// A Teams Workflows webhook: POSTs [`teams_workflows_message`] to the URL `recipientUrls` has
+/// for `recipient`; any 2xx is a success.
+async fn send_teams_workflows(
+    http: &HttpClients,
+    teams: &TeamsService,
+    notification: &Notification,
+    recipient: &str,
+) -> Result<(), SendError> {
+    let url = teams.recipient_urls.get(recipient).ok_or_else(|| {
+        SendError::Request(format!(
+            "recipient {recipient:?} is not in the teams-workflows service's recipientUrls"
+        ))
+    })?;
+    check_workflows_url(&url.0)?;
+    let body = teams_workflows_message(notification)?;
+    let response = http
+        .pick(teams.insecure_skip_verify)
+        .post(url.0.as_str())
+        .header(CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(classify)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(SendError::Status {
+            code: status.as_u16(),
+        });
+    }
+    Ok(())
 }
 
 /// The body Argo's engine posts to a Teams webhook: the template's `teams.template` as written,
@@ -448,6 +615,73 @@ mod tests {
         assert!(SendError::Timeout.is_transient());
         assert!(SendError::Slack("ratelimited".into()).is_transient());
         assert!(!SendError::Slack("channel_not_found".into()).is_transient());
+    }
+
+    #[test]
+    fn a_teams_workflows_message_is_argos_adaptive_card_or_the_card_as_written() {
+        use super::super::template::TeamsSpec;
+        let mut notification = Notification {
+            message: "Rollout web has been aborted.".into(),
+            teams_workflows: Some(TeamsSpec {
+                title: "Aborted".into(),
+                theme_color: "Attention".into(),
+                facts: r#"[{"name": "namespace", "value": "shop"}, {"name": "replicas", "value": 4}]"#.into(),
+                sections: r#"[{"facts": [{"name": "revision", "value": "2"}]}, {"text": "no facts"}]"#.into(),
+                potential_action: r#"[{"@type": "OpenUri", "name": "Open", "targets": [{"os": "default", "uri": "https://argo.example.com/web"}]}, {"@type": "HttpPOST"}]"#.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let message: serde_json::Value =
+            serde_json::from_str(&teams_workflows_message(&notification).expect("a card"))
+                .expect("JSON");
+        assert_eq!(message["type"], "message");
+        let attachment = &message["attachments"][0];
+        assert_eq!(
+            attachment["contentType"],
+            "application/vnd.microsoft.card.adaptive"
+        );
+        assert_eq!(
+            attachment["content"],
+            serde_json::json!({
+                "type": "AdaptiveCard",
+                "version": "1.4",
+                "body": [
+                    {"type": "TextBlock", "text": "Aborted", "size": "Large", "weight": "Bolder", "color": "Attention", "wrap": true},
+                    {"type": "TextBlock", "text": "Rollout web has been aborted.", "wrap": true},
+                    {"type": "FactSet", "facts": [{"title": "namespace", "value": "shop"}, {"title": "replicas", "value": "4"}]},
+                    {"type": "FactSet", "facts": [{"title": "revision", "value": "2"}]}
+                ],
+                "actions": [{"type": "Action.OpenUrl", "title": "Open", "url": "https://argo.example.com/web"}]
+            })
+        );
+        notification
+            .teams_workflows
+            .as_mut()
+            .expect("set")
+            .adaptive_card = r#"{"type": "AdaptiveCard", "version": "1.5", "body": []}"#.into();
+        let message: serde_json::Value =
+            serde_json::from_str(&teams_workflows_message(&notification).expect("as written"))
+                .expect("JSON");
+        assert_eq!(message["attachments"][0]["content"]["version"], "1.5");
+    }
+
+    #[test]
+    fn a_teams_workflows_url_must_be_power_automates_over_https() {
+        for good in [
+            "https://prod-1.westus.logic.azure.com.api.powerautomate.com/workflows/x",
+            "https://x.webhook.office.com/workflows/abc",
+            "http://127.0.0.1:8080/powerautomate/hook",
+        ] {
+            assert!(check_workflows_url(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "http://api.powerautomate.com/x",
+            "https://x.webhook.office.com/webhookb2/abc",
+            "not a url",
+        ] {
+            assert!(check_workflows_url(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

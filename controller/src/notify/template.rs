@@ -25,6 +25,12 @@ pub struct TemplateSpec {
     pub pagerdutyv2: Option<PagerDutySpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub teams: Option<TeamsSpec>,
+    #[serde(
+        default,
+        rename = "teams-workflows",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub teams_workflows: Option<TeamsSpec>,
 }
 
 /// `teams`: Argo's Microsoft Teams fields. `template` is a whole message (sent as written);
@@ -49,10 +55,14 @@ pub struct TeamsSpec {
     pub sections: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub potential_action: String,
+    /// `teams-workflows` only: a whole Adaptive Card, sent as written in Teams' message
+    /// envelope.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub adaptive_card: String,
 }
 
 impl TeamsSpec {
-    fn fields(&self) -> [(&'static str, &String); 8] {
+    fn fields(&self) -> [(&'static str, &String); 9] {
         [
             ("template", &self.template),
             ("title", &self.title),
@@ -62,10 +72,11 @@ impl TeamsSpec {
             ("facts", &self.facts),
             ("sections", &self.sections),
             ("potentialAction", &self.potential_action),
+            ("adaptiveCard", &self.adaptive_card),
         ]
     }
 
-    fn fields_mut(&mut self) -> [&mut String; 8] {
+    fn fields_mut(&mut self) -> [&mut String; 9] {
         [
             &mut self.template,
             &mut self.title,
@@ -75,6 +86,7 @@ impl TeamsSpec {
             &mut self.facts,
             &mut self.sections,
             &mut self.potential_action,
+            &mut self.adaptive_card,
         ]
     }
 }
@@ -136,6 +148,7 @@ pub struct Notification {
     pub webhook: BTreeMap<String, WebhookSpec>,
     pub pagerduty: Option<PagerDutySpec>,
     pub teams: Option<TeamsSpec>,
+    pub teams_workflows: Option<TeamsSpec>,
 }
 
 impl Notification {
@@ -156,6 +169,7 @@ impl Notification {
             webhook: self.webhook.clone(),
             pagerdutyv2: self.pagerduty.clone(),
             teams: self.teams.clone(),
+            teams_workflows: self.teams_workflows.clone(),
         };
         serde_json::to_value(spec).unwrap_or_default()
     }
@@ -207,9 +221,14 @@ impl TemplateSpec {
                 fields.push((format!("pagerdutyv2.{field}"), text.clone()));
             }
         }
-        if let Some(teams) = &self.teams {
-            for (field, text) in teams.fields() {
-                fields.push((format!("teams.{field}"), text.clone()));
+        for (section, teams) in [
+            ("teams", &self.teams),
+            ("teams-workflows", &self.teams_workflows),
+        ] {
+            if let Some(teams) = teams {
+                for (field, text) in teams.fields() {
+                    fields.push((format!("{section}.{field}"), text.clone()));
+                }
             }
         }
         fields
@@ -249,11 +268,21 @@ impl TemplateSpec {
             }
             into.pagerduty = Some(rendered);
         }
-        if let Some(teams) = &self.teams {
+        for (section, teams, rendered) in [
+            ("teams", &self.teams, &mut into.teams),
+            (
+                "teams-workflows",
+                &self.teams_workflows,
+                &mut into.teams_workflows,
+            ),
+        ] {
+            let Some(teams) = teams else {
+                continue;
+            };
             // As Argo's engine: a later template's non-empty field wins, field by field.
-            let rendered = into.teams.get_or_insert_with(TeamsSpec::default);
+            let rendered = rendered.get_or_insert_with(TeamsSpec::default);
             for ((field, text), target) in teams.fields().into_iter().zip(rendered.fields_mut()) {
-                set(target, render(&format!("teams.{field}"), text)?);
+                set(target, render(&format!("{section}.{field}"), text)?);
             }
         }
         for (service, webhook) in &self.webhook {
@@ -688,6 +717,17 @@ mod tests {
         assert_eq!(teams.theme_color, "#FF0000");
         assert_eq!(teams.summary, "web");
         assert_eq!(teams.facts, r#"[{"name": "namespace", "value": "shop"}]"#);
+        let workflows = TemplateSpec::parse(
+            "teams-workflows:\n  title: '{{.rollout.metadata.name}}'\n  adaptiveCard: '{\"n\": \"{{.rollout.metadata.name}}\"}'\n",
+        )
+        .expect("parses");
+        let mut rendered = Notification::default();
+        workflows
+            .render_into(&variables(&rollout(), ""), &mut rendered)
+            .expect("renders");
+        let flows = rendered.teams_workflows.expect("a teams-workflows section");
+        assert_eq!(flows.title, "web");
+        assert_eq!(flows.adaptive_card, r#"{"n": "web"}"#);
         let error =
             TemplateSpec::parse("teams:\n  sections: '{{ .rollout'\n").expect_err("refused");
         assert!(error.contains("teams.sections"), "{error}");
