@@ -19,9 +19,10 @@ pub const MAX_RESPONSE_BYTES: u64 = 1024 * 1024 * 1024;
 pub const DEFAULT_MEASUREMENT_CONCURRENCY: u16 =
     crate::analysisrun::bounds::DEFAULT_MEASUREMENT_CONCURRENCY;
 
-/// Defaults of the concurrency flags: Argo's (DefaultRolloutThreads, DefaultAnalysisThreads in
-/// cmd/rollouts-controller/main.go).
+/// Defaults of the concurrency flags: Argo's (DefaultRolloutThreads, DefaultExperimentThreads,
+/// DefaultAnalysisThreads in controller/controller.go).
 pub const DEFAULT_ROLLOUT_THREADS: u16 = 10;
+pub const DEFAULT_EXPERIMENT_THREADS: u16 = 10;
 pub const DEFAULT_ANALYSIS_THREADS: u16 = 30;
 /// Defaults of the client rate limit: ten times Argo's (DefaultQPS 40, DefaultBurst 80). Argo
 /// reads Services and router objects from informers; we read them fresh in each reconcile, and
@@ -47,6 +48,11 @@ pub struct Flags {
     /// there too; --concurrency is the former name).
     #[arg(long, alias = "concurrency", default_value_t = DEFAULT_ROLLOUT_THREADS, value_parser = clap::value_parser!(u16).range(1..))]
     pub rollout_threads: u16,
+
+    /// How many Experiments are reconciled at the same time (Argo's --experiment-threads,
+    /// default 10 there too).
+    #[arg(long, default_value_t = DEFAULT_EXPERIMENT_THREADS, value_parser = clap::value_parser!(u16).range(1..))]
+    pub experiment_threads: u16,
 
     /// How many AnalysisRuns are reconciled at the same time (Argo's default: 30); never fewer
     /// than --analysis-measurement-concurrency, as a run waiting for a measurement slot holds one.
@@ -272,6 +278,7 @@ mod tests {
         assert_eq!(flags.namespace, None);
         assert_eq!(flags.instance_id, None);
         assert_eq!(flags.rollout_threads, 10);
+        assert_eq!(flags.experiment_threads, 10);
         assert_eq!(flags.analysis_threads, 30);
         assert_eq!(flags.qps, 400.0);
         assert_eq!(flags.burst, 800);
@@ -303,6 +310,8 @@ mod tests {
             "blue",
             "--rollout-threads",
             "3",
+            "--experiment-threads",
+            "5",
             "--analysis-threads",
             "7",
             "--qps",
@@ -337,6 +346,7 @@ mod tests {
         assert_eq!(flags.namespace.as_deref(), Some("shop"));
         assert_eq!(flags.instance_id.as_deref(), Some("blue"));
         assert_eq!(flags.rollout_threads, 3);
+        assert_eq!(flags.experiment_threads, 5);
         assert_eq!(flags.analysis_threads, 7);
         assert_eq!(flags.qps, 12.5);
         assert_eq!(flags.burst, 25);
@@ -370,6 +380,11 @@ mod tests {
         assert_eq!(former.rollout_threads, 4);
         let error = parse(&["--analysis-threads", "0"]).expect_err("zero workers");
         assert!(error.to_string().contains("--analysis-threads"), "{error}");
+        let error = parse(&["--experiment-threads", "0"]).expect_err("zero workers");
+        assert!(
+            error.to_string().contains("--experiment-threads"),
+            "{error}"
+        );
         for bad in ["0", "-1", "NaN", "inf", "fast"] {
             let error = parse(&[&format!("--qps={bad}")]).expect_err("not a rate");
             assert!(error.to_string().contains("--qps"), "{error}");

@@ -108,9 +108,6 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Experiments reconciled at the same time: Argo's default for `--experiment-threads`.
-pub const EXPERIMENT_THREADS: u16 = 10;
-
 /// What the Experiment controller takes from the command line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Options {
@@ -118,7 +115,7 @@ pub struct Options {
     pub namespace: Option<String>,
     /// The instance-id selector, the same as for Rollouts, as Argo scopes every informer.
     pub label_selector: String,
-    /// Experiments reconciled at the same time.
+    /// `--experiment-threads`: Experiments reconciled at the same time.
     pub concurrency: u16,
 }
 
@@ -127,7 +124,7 @@ impl Options {
         Self {
             namespace: flags.namespace.clone(),
             label_selector: flags.rollout_label_selector(),
-            concurrency: EXPERIMENT_THREADS,
+            concurrency: flags.experiment_threads,
         }
     }
 }
