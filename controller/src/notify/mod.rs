@@ -4,7 +4,7 @@
 //! `--self-service-notification-enabled`, the same pair in each Rollout's namespace too),
 //! subscriptions by annotation on each Rollout, triggers named after the Rollout's events
 //! (`RolloutAborted` fires `on-rollout-aborted`), Go templates, and webhook, Slack, Teams,
-//! PagerDuty v2 and email services.
+//! Teams Workflows, PagerDuty v2 and email services.
 //!
 //! A reconcile only hands its events to [`Notifier::notify`], which never waits: conditions,
 //! rendering and sending happen on a task of their own, one Rollout's notifications in order,

@@ -1,6 +1,6 @@
 //! Sending a rendered notification: the generic webhook (method, URL plus the template's path,
 //! headers, basic auth, body), Slack's `chat.postMessage`, a Microsoft Teams webhook's
-//! MessageCard, PagerDuty's Events API v2 and email over SMTP. [`SendError::is_transient`] says whether trying again may help.
+//! MessageCard, a Teams workflow's Adaptive Card, PagerDuty's Events API v2 and email over SMTP. [`SendError::is_transient`] says whether trying again may help.
 //! Error texts never hold a URL, header or token: they can end up in events and logs.
 
 use std::time::Duration;
