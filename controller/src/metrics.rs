@@ -2,7 +2,9 @@
 //! `rollout_reconcile_error`, `rollout_events_total`, `rollout_info`, its replica gauges and
 //! the deprecated `rollout_phase` (read from the watch cache at scrape time), the AnalysisRun
 //! controller's (`analysis_run_info`, `analysis_run_phase`, `analysis_run_metric_type`,
-//! `analysis_run_metric_phase`), and `argo_rollouts_controller_info`; ours:
+//! `analysis_run_metric_phase`), the Experiment controller's (`experiment_info`,
+//! `experiment_phase`, `experiment_reconcile`, `experiment_reconcile_error`), and
+//! `argo_rollouts_controller_info`; ours:
 //! `rollouts_controller_reconcile_panics_total` (by controller, never per object) and
 //! `notification_send_total{service,result}`.
 //!
@@ -25,12 +27,13 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use crate::analysisrun::AnalysisRunMetrics;
+use crate::experiment::ExperimentMetrics;
 use rollouts_crds::conditions;
 use rollouts_crds::rollout::Rollout;
 
 use crate::error::Error;
 
-/// Argo's buckets for `rollout_reconcile`, in seconds.
+/// Argo's buckets for `rollout_reconcile` and `experiment_reconcile`, in seconds.
 const RECONCILE_BUCKETS: [f64; 5] = [0.01, 0.15, 0.25, 0.5, 1.0];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -103,7 +106,7 @@ struct VersionLabels {
     version: String,
 }
 
-fn reconcile_histogram() -> Histogram {
+pub(crate) fn reconcile_histogram() -> Histogram {
     Histogram::new(RECONCILE_BUCKETS)
 }
 
@@ -119,6 +122,8 @@ pub struct Metrics {
     recorded: Mutex<HashMap<RolloutLabels, RecordedSeries>>,
     /// The AnalysisRun controller's counters, registered here so `/metrics` serves them.
     pub analysis_runs: AnalysisRunMetrics,
+    /// The Experiment controller's series, registered here so `/metrics` serves them.
+    pub experiments: ExperimentMetrics,
     /// Panicked reconciles of both controllers.
     pub reconcile_panics: ReconcilePanics,
     /// Notifications sent, failed and dropped, by service.
@@ -155,6 +160,8 @@ impl Metrics {
         registry.register_collector(Box::new(RolloutCollector { rollouts }));
         let analysis_runs = AnalysisRunMetrics::default();
         analysis_runs.register(&mut registry);
+        let experiments = ExperimentMetrics::default();
+        experiments.register(&mut registry);
         let reconcile_panics = ReconcilePanics::default();
         registry.register(
             "rollouts_controller_reconcile_panics",
@@ -170,6 +177,7 @@ impl Metrics {
             events,
             recorded: Mutex::default(),
             analysis_runs,
+            experiments,
             reconcile_panics,
             notifications,
         }
@@ -487,6 +495,21 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn experiment_series_are_served_with_the_rest() {
+        let metrics = metrics_with(Vec::new());
+        metrics
+            .experiments
+            .clone()
+            .observe_reconcile("shop", "fresh", Duration::from_millis(20));
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"experiment_reconcile_count{namespace="shop",name="fresh"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE experiment_info gauge"), "{text}");
     }
 
     #[test]

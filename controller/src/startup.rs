@@ -322,6 +322,7 @@ pub async fn run(flags: Flags) -> Result<()> {
         let run_metrics = context.metrics.analysis_runs.clone();
         let panics = context.metrics.reconcile_panics.clone();
         let experiment_options = crate::experiment::Options::from_flags(&flags);
+        let experiment_metrics = context.metrics.experiments.clone();
         let (diagnostics, shutdown, stop) = (diagnostics.clone(), shutdown.clone(), stop.clone());
         async move {
             let analysis_runs = supervise(
@@ -351,6 +352,7 @@ pub async fn run(flags: Flags) -> Result<()> {
                     crate::experiment::run(
                         client.clone(),
                         experiment_options.clone(),
+                        experiment_metrics.clone(),
                         panics.clone(),
                         stop.clone(),
                     )

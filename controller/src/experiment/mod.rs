@@ -11,6 +11,7 @@
 //! holds the errors, the options and the watch loop.
 
 pub mod build;
+mod metrics;
 pub mod plan;
 mod reconcile;
 pub mod validation;
@@ -21,6 +22,7 @@ mod tests;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -42,6 +44,7 @@ use crate::metrics::ReconcilePanics;
 use crate::supervise::{self, Panicked};
 
 pub use build::{EXPERIMENT_NAME_ANNOTATION, EXPERIMENT_TEMPLATE_NAME_ANNOTATION};
+pub use metrics::ExperimentMetrics;
 pub use reconcile::{error_policy, reconcile};
 
 /// Everything that can make an Experiment reconcile fail and be retried with backoff.
@@ -177,9 +180,11 @@ fn experiment_owned<K: Resource>(event: watcher::Event<K>) -> Option<watcher::Ev
 
 /// Runs the Experiment controller until `stop` completes (finishing reconciles in flight). A
 /// reconcile that panics is that experiment's error (counted in `panics`); the others go on.
+/// Reconciles, failures and the experiments in the watch cache are served through `metrics`.
 pub async fn run(
     client: Client,
     options: Options,
+    metrics: ExperimentMetrics,
     panics: ReconcilePanics,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> std::result::Result<(), String> {
@@ -205,6 +210,7 @@ pub async fn run(
     let mut sorter =
         Sorter::<Experiment>::new(Some(decode::spawn_reporter::<Experiment>(client.clone())));
     let (store, writer) = reflector::store();
+    metrics.watch(store.clone());
     let experiments = watcher(
         experiments,
         watcher::Config::default().labels(&options.label_selector),
@@ -280,13 +286,16 @@ pub async fn run(
         "watching Experiments"
     );
     let forget = context.clone();
+    let forget_series = metrics.clone();
     Controller::for_stream(experiments, store)
         .owns_stream(replica_sets)
         .owns_stream(runs)
         .with_config(controller::Config::default().concurrency(options.concurrency))
         .graceful_shutdown_on(stop)
         .run(
-            move |experiment, context| contained_reconcile(experiment, context, panics.clone()),
+            move |experiment, context| {
+                contained_reconcile(experiment, context, metrics.clone(), panics.clone())
+            },
             error_policy,
             context,
         )
@@ -294,6 +303,7 @@ pub async fn run(
             if let Err(controller::Error::ObjectNotFound(object)) = outcome {
                 let namespace = object.namespace.as_deref().unwrap_or_default();
                 forget.forget(&format!("{namespace}/{}", object.name));
+                forget_series.forget(namespace, &object.name);
             }
         })
         .for_each(|outcome| async move {
@@ -309,23 +319,32 @@ pub async fn run(
     Ok(())
 }
 
-/// [`reconcile`], with a panic inside turned into this experiment's [`Error::Panicked`].
+/// [`reconcile`], with a panic inside turned into this experiment's [`Error::Panicked`]; its
+/// duration and failure recorded in `metrics`.
 async fn contained_reconcile(
     experiment: Arc<Experiment>,
     context: Arc<ExperimentContext>,
+    metrics: ExperimentMetrics,
     panics: ReconcilePanics,
 ) -> Result<controller::Action> {
     let namespace = experiment.namespace().unwrap_or_default();
     let name = experiment.name_any();
+    let started = Instant::now();
     let reconcile = reconcile(experiment, context);
-    match supervise::contain("experiment", &namespace, &name, &panics, reconcile).await {
-        Ok(outcome) => outcome,
-        Err(Panicked { message }) => Err(Error::Panicked {
-            namespace,
-            name,
-            message,
-        }),
+    let outcome =
+        match supervise::contain("experiment", &namespace, &name, &panics, reconcile).await {
+            Ok(outcome) => outcome,
+            Err(Panicked { message }) => Err(Error::Panicked {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                message,
+            }),
+        };
+    metrics.observe_reconcile(&namespace, &name, started.elapsed());
+    if let Err(error) = &outcome {
+        metrics.reconcile_failed(&namespace, &name, error);
     }
+    outcome
 }
 
 impl Report for Experiment {
