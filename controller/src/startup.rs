@@ -296,7 +296,11 @@ pub async fn run(flags: Flags) -> Result<()> {
         tokio::spawn(async move { election.hold(acquired).await })
     });
 
-    let notifier = Arc::new(start_notifier(&client, &metrics));
+    let notifier = Arc::new(start_notifier(
+        &client,
+        &metrics,
+        flags.notifications_enabled,
+    ));
     let notifier_client = client.clone();
     let context = Arc::new(
         Context::new(
@@ -658,12 +662,19 @@ fn rollout_controller(
 }
 
 /// The notifier, configured by [`watch_notifications`] once the controllers run.
-fn start_notifier(client: &Client, metrics: &Metrics) -> Notifier {
+fn start_notifier(client: &Client, metrics: &Metrics, enabled: bool) -> Notifier {
     let reporter = kube::runtime::events::Reporter {
         controller: crate::context::CONTROLLER_NAME.to_string(),
         instance: std::env::var("POD_NAME").ok(),
     };
-    Notifier::start(client.clone(), reporter, metrics.notifications.clone())
+    // Enabled, events planned before the configuration is read are held for it, so a restart's
+    // first passes notify as any other.
+    Notifier::start(
+        client.clone(),
+        reporter,
+        metrics.notifications.clone(),
+        enabled,
+    )
 }
 
 /// With `--notifications-enabled`, watches the notification ConfigMap and Secret in

@@ -295,28 +295,6 @@ async fn sends(controller: &Controller, service: &str, result: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Waits until the controller has read the notification ConfigMap: events planned before that
-/// (the controller reads it once its controllers run) reach no subscriber.
-async fn configuration_loaded(controller: &Controller) {
-    let log = controller.logs();
-    eventually(
-        DEADLINE,
-        "the notification configuration loaded",
-        || async {
-            log.lock()
-                .expect("logs")
-                .iter()
-                .any(|entry| {
-                    entry
-                        .to_string()
-                        .contains("notification configuration loaded")
-                })
-                .then_some(())
-        },
-    )
-    .await;
-}
-
 /// Waits until the controller has reconciled `name` `more` more times than `since`.
 async fn reconciled(controller: &Controller, name: &str, since: u64, more: u64) {
     eventually(
@@ -787,8 +765,6 @@ async fn teams_hears_each_new_revision_and_the_pause_as_message_cards() {
         )
         .await;
     let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
-    // The first revision's event comes with the Rollout's first reconcile.
-    configuration_loaded(&controller).await;
     cluster
         .paused_canary(
             "tell",
@@ -1238,4 +1214,56 @@ async fn a_trigger_and_its_template_see_the_analysis_runs_of_the_aborted_revisio
         "{name}"
     );
     assert_eq!(phase, "Failed");
+}
+
+/// A restarted controller plans its first events before it has read the notification
+/// configuration (it reads it once its controllers run): they are held for it, not lost.
+#[tokio::test]
+async fn events_planned_before_the_configuration_is_read_are_sent_once_it_is() {
+    let cluster = Cluster::start("early");
+    let receiver = Receiver::start(&[], 200, "{}").await;
+    cluster
+        .configure(
+            json!({
+                "service.webhook.ops": format!("url: {}\n", receiver.url),
+                "template.rollout-updated": "webhook:\n  ops:\n    method: POST\n    body: '{\"revision\": \"{{index .rollout.metadata.annotations \"rollout.argoproj.io/revision\"}}\"}'\n",
+            }),
+            json!({}),
+        )
+        .await;
+    // The Rollout is there before the controller: its first pass plans RolloutUpdated
+    // (revision 1) at once.
+    let mut rollout = canary_rollout("early", 1, "app:v1", json!([{"setWeight": 50}]));
+    rollout.metadata.annotations = Some(
+        serde_json::from_value(
+            json!({"notifications.argoproj.io/subscribe.on-rollout-updated.ops": ""}),
+        )
+        .expect("annotations"),
+    );
+    cluster.create_rollout(rollout).await;
+    // The notification ConfigMap cannot be read until the Rollout has been reconciled.
+    let mut faults = cluster.sim.faults();
+    faults.holds.push(rollouts_e2e::sim::faults::Hold {
+        group: String::new(),
+        resource: "configmaps".into(),
+        delay: None,
+    });
+    cluster.sim.set_faults(faults.clone());
+    let controller = Controller::start(&cluster.kubeconfig, DEADLINE);
+    cluster.wait_healthy(DEADLINE, "early", 1).await;
+    assert!(receiver.received().is_empty(), "nothing configured yet");
+    faults.holds.clear();
+    cluster.sim.set_faults(faults);
+    let message = eventually(DEADLINE, "the first revision's message", || async {
+        receiver.accepted().first().cloned()
+    })
+    .await;
+    assert_eq!(message.body, r#"{"revision": "1"}"#);
+    // Recorded as sent, so once: a second pass (or a restart) does not send it again.
+    eventually(DEADLINE, "the send recorded", || async {
+        (!cluster.notified("early").await.is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(receiver.accepted().len(), 1, "{:?}", receiver.received());
+    drop(controller);
 }

@@ -35,6 +35,9 @@ use rollouts_crds::analysis::AnalysisRun;
 /// Notifications waiting for delivery at most; past it a notification is dropped (and
 /// counted), never a reconcile held up.
 const QUEUE_CAPACITY: usize = 1024;
+/// Rollout event batches held while the configuration is first read; beyond this the oldest
+/// go, with a warning.
+const HELD_CAPACITY: usize = 1000;
 /// Sent notifications remembered per Rollout, oldest forgotten first (Argo's engine keeps 100).
 const NOTIFIED_HISTORY: usize = 100;
 
@@ -94,9 +97,15 @@ struct Shared {
     recording: tokio::sync::Mutex<()>,
 }
 
+/// Events planned before the configuration was first read (a restart's first passes), kept
+/// until it is, so no subscriber misses one; `None` once it has been read.
+type Held = Arc<Mutex<Option<Vec<(Rollout, Vec<Event>)>>>>;
+
 /// Hands events to the delivery task; cheap to call from a reconcile.
+#[derive(Clone)]
 pub struct Notifier {
     config: Arc<RwLock<Arc<NotificationConfig>>>,
+    held: Held,
     /// Self-service configurations by namespace (`--self-service-notification-enabled`).
     namespaced: NamespacedConfigs,
     queue: mpsc::Sender<Job>,
@@ -104,8 +113,10 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// Starts the delivery task; nothing is configured until [`Self::watch`].
-    pub fn start(client: Client, reporter: Reporter, sends: NotificationSends) -> Self {
+    /// Starts the delivery task; nothing is configured until [`Self::watch`]. With `hold`
+    /// (notifications are enabled), events are held until [`Self::watch`] has read the
+    /// configuration once, then notified as if they had just been planned.
+    pub fn start(client: Client, reporter: Reporter, sends: NotificationSends, hold: bool) -> Self {
         let (config, _) = NotificationConfig::parse(&BTreeMap::new(), &BTreeMap::new());
         let config = Arc::new(RwLock::new(Arc::new(config)));
         let (queue, jobs) = mpsc::channel::<Job>(QUEUE_CAPACITY);
@@ -135,6 +146,7 @@ impl Notifier {
         });
         Self {
             config,
+            held: Arc::new(Mutex::new(hold.then(Vec::new))),
             namespaced: NamespacedConfigs::default(),
             queue,
             sends,
@@ -143,7 +155,55 @@ impl Notifier {
 
     /// Keeps the configuration current from the ConfigMap and Secret `source` names.
     pub fn watch(&self, client: Client, source: ConfigSource) {
-        tokio::spawn(watch_config(client, source, self.config.clone()));
+        let (read, first_read) = tokio::sync::oneshot::channel();
+        tokio::spawn(watch_config(client, source, self.config.clone(), read));
+        let notifier = self.clone();
+        tokio::spawn(async move {
+            if first_read.await.is_ok() {
+                notifier.release_held();
+            }
+        });
+    }
+
+    /// Notifies what was held while the configuration was first read; from now on events go
+    /// straight through.
+    fn release_held(&self) {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .unwrap_or_default();
+        if !held.is_empty() {
+            tracing::info!(
+                batches = held.len(),
+                "notifying the events planned before the configuration was read"
+            );
+        }
+        for (rollout, events) in held {
+            self.notify(&rollout, &events);
+        }
+    }
+
+    /// Holds `events` while the configuration has not been read yet; false once it has.
+    fn hold(&self, rollout: &Rollout, events: &[Event]) -> bool {
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(waiting) = held.as_mut() else {
+            return false;
+        };
+        if waiting.len() >= HELD_CAPACITY {
+            let (dropped, _) = waiting.remove(0);
+            tracing::warn!(
+                namespace = %dropped.namespace().unwrap_or_default(),
+                rollout = %dropped.name_any(),
+                "the notification configuration is still not read: an early event is dropped"
+            );
+        }
+        waiting.push((rollout.clone(), events.to_vec()));
+        true
     }
 
     /// Self-service notifications, as Argo's `--self-service-notification-enabled`: also keeps
@@ -164,7 +224,7 @@ impl Notifier {
     /// Rollout as the reconcile found it, as Argo's do (a step's template adds 1 to
     /// `.rollout.status.currentStepIndex` to name the step just completed).
     pub fn notify(&self, rollout: &Rollout, events: &[Event]) {
-        if events.is_empty() {
+        if events.is_empty() || self.hold(rollout, events) {
             return;
         }
         let namespace = rollout.namespace().unwrap_or_default();
@@ -304,10 +364,13 @@ async fn watch_config(
     client: Client,
     source: ConfigSource,
     config: Arc<RwLock<Arc<NotificationConfig>>>,
+    read: tokio::sync::oneshot::Sender<()>,
 ) {
     enum Change {
         Data(Option<BTreeMap<String, String>>),
         Secret(Option<BTreeMap<String, String>>),
+        /// The ConfigMap's (true) or the Secret's (false) first list is complete.
+        Listed(bool),
     }
     fn by_name(name: &str) -> watcher::Config {
         watcher::Config::default().fields(&format!("metadata.name={name}"))
@@ -343,7 +406,7 @@ async fn watch_config(
                     Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {
                         Some(Change::Data(None))
                     }
-                    Ok(watcher::Event::InitDone) => None,
+                    Ok(watcher::Event::InitDone) => Some(Change::Listed(true)),
                     Err(error) => {
                         report(&failing, "ConfigMap", &error);
                         None
@@ -367,7 +430,7 @@ async fn watch_config(
                     Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {
                         Some(Change::Secret(None))
                     }
-                    Ok(watcher::Event::InitDone) => None,
+                    Ok(watcher::Event::InitDone) => Some(Change::Listed(false)),
                     Err(error) => {
                         report(&failing, "Secret", &error);
                         None
@@ -377,10 +440,14 @@ async fn watch_config(
         });
     let mut changes = std::pin::pin!(futures::stream::select(configmap_changes, secret_changes));
     let (mut data, mut secret) = (None, BTreeMap::new());
+    let (mut configmap_listed, mut secret_listed) = (false, false);
+    let mut read = Some(read);
     while let Some(change) = changes.next().await {
         match change {
             Change::Data(value) => data = value,
             Change::Secret(value) => secret = value.unwrap_or_default(),
+            Change::Listed(true) => configmap_listed = true,
+            Change::Listed(false) => secret_listed = true,
         }
         let (parsed, errors) =
             NotificationConfig::parse(&data.clone().unwrap_or_default(), &secret);
@@ -399,6 +466,13 @@ async fn watch_config(
         *config
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(parsed);
+        // Both first lists are in: what was held can go out through this configuration.
+        if configmap_listed
+            && secret_listed
+            && let Some(read) = read.take()
+        {
+            let _ = read.send(());
+        }
     }
 }
 
