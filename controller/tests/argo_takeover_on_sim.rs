@@ -353,7 +353,10 @@ async fn a_healthy_canary_argo_left_moves_nothing_and_releases_from_argos_replic
     argo.assert_nothing_moved(&argo_status).await;
     // Without a router Argo keeps no `status.canary.weights`, and neither do we: not a write.
     let writes = argo.writes();
-    assert!(writes.is_empty(), "a Healthy basic canary taken over: {writes:#?}");
+    assert!(
+        writes.is_empty(),
+        "a Healthy basic canary taken over: {writes:#?}"
+    );
     let status = argo.sim.status("web").await;
     assert_eq!(
         (status.current_pod_hash.as_str(), status.stable_rs.as_str()),
