@@ -62,6 +62,40 @@ fn classify(error: reqwest::Error) -> SendError {
     }
 }
 
+/// Sends `request` once; an answer outside 2xx is [`SendError::Status`].
+async fn send_checked(request: reqwest::RequestBuilder) -> Result<reqwest::Response, SendError> {
+    let response = request.send().await.map_err(classify)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(SendError::Status {
+            code: status.as_u16(),
+        });
+    }
+    Ok(response)
+}
+
+/// POSTs `body` as `application/json` to `url` through `client`, as [`send_checked`] does.
+async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: String,
+) -> Result<reqwest::Response, SendError> {
+    send_checked(
+        client
+            .post(url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body),
+    )
+    .await
+}
+
+/// A receiver's answer, read up to [`MAX_ANSWER_BYTES`] (a longer one is an error).
+async fn read_answer(response: reqwest::Response) -> Result<Vec<u8>, SendError> {
+    rollouts_analysis::provider::body::read_capped(response, MAX_ANSWER_BYTES)
+        .await
+        .map_err(|e| SendError::Connect(e.to_string()))
+}
+
 /// The two HTTP clients: one that verifies TLS and one for `insecureSkipVerify`.
 #[derive(Clone)]
 pub struct HttpClients {
@@ -261,20 +295,7 @@ async fn send_teams_workflows(
     })?;
     check_workflows_url(&url.0)?;
     let body = teams_workflows_message(notification)?;
-    let response = http
-        .pick(teams.insecure_skip_verify)
-        .post(url.0.as_str())
-        .header(CONTENT_TYPE, "application/json")
-        .body(body)
-        .send()
-        .await
-        .map_err(classify)?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(SendError::Status {
-            code: status.as_u16(),
-        });
-    }
+    post_json(http.pick(teams.insecure_skip_verify), url.0.as_str(), body).await?;
     Ok(())
 }
 
@@ -340,23 +361,8 @@ async fn send_teams(
         ))
     })?;
     let body = teams_message(notification)?;
-    let response = http
-        .pick(teams.insecure_skip_verify)
-        .post(url.0.as_str())
-        .header(CONTENT_TYPE, "application/json")
-        .body(body)
-        .send()
-        .await
-        .map_err(classify)?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(SendError::Status {
-            code: status.as_u16(),
-        });
-    }
-    let answer = rollouts_analysis::provider::body::read_capped(response, MAX_ANSWER_BYTES)
-        .await
-        .map_err(|e| SendError::Connect(e.to_string()))?;
+    let response = post_json(http.pick(teams.insecure_skip_verify), url.0.as_str(), body).await?;
+    let answer = read_answer(response).await?;
     let answer = String::from_utf8_lossy(&answer);
     if answer.trim() == "1" {
         Ok(())
@@ -472,20 +478,7 @@ async fn send_pagerduty(
     if !fields.url.is_empty() {
         event["links"] = serde_json::json!([{"href": fields.url}]);
     }
-    let response = http
-        .pick(false)
-        .post(&pagerduty.api_url)
-        .header(CONTENT_TYPE, "application/json")
-        .body(event.to_string())
-        .send()
-        .await
-        .map_err(classify)?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(SendError::Status {
-            code: status.as_u16(),
-        });
-    }
+    post_json(http.pick(false), &pagerduty.api_url, event.to_string()).await?;
     Ok(())
 }
 
@@ -521,13 +514,7 @@ async fn send_webhook(
     if let Some(section) = section.filter(|s| !s.body.is_empty()) {
         request = request.body(section.body.clone());
     }
-    let response = request.send().await.map_err(classify)?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(SendError::Status {
-            code: status.as_u16(),
-        });
-    }
+    send_checked(request).await?;
     Ok(())
 }
 
@@ -568,24 +555,13 @@ async fn send_slack(
         };
         message[key] = icon.clone().into();
     }
-    let response = http
+    let request = http
         .pick(slack.insecure_skip_verify)
         .post(format!("{}chat.postMessage", slack.api_url))
         .header(AUTHORIZATION, format!("Bearer {}", slack.token.0))
         .header(CONTENT_TYPE, "application/json; charset=utf-8")
-        .body(message.to_string())
-        .send()
-        .await
-        .map_err(classify)?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(SendError::Status {
-            code: status.as_u16(),
-        });
-    }
-    let answer = rollouts_analysis::provider::body::read_capped(response, MAX_ANSWER_BYTES)
-        .await
-        .map_err(|e| SendError::Connect(e.to_string()))?;
+        .body(message.to_string());
+    let answer = read_answer(send_checked(request).await?).await?;
     let answer: serde_json::Value = serde_json::from_slice(&answer)
         .map_err(|_| SendError::Slack("an answer that is not JSON".to_string()))?;
     if answer["ok"] == serde_json::Value::Bool(true) {
