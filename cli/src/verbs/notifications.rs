@@ -241,7 +241,7 @@ async fn load_config(
             let cluster = connected(flags, cluster).await?;
             let api: Api<Secret> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
             match api.get_opt(notify::DEFAULT_SECRET).await {
-                Ok(found) => found.map(secret_values).unwrap_or_default(),
+                Ok(found) => found.map(notify::secret_values).unwrap_or_default(),
                 Err(e) => {
                     return Err(Error::Invalid(format!(
                         "cannot read Secret {:?} in namespace {:?}: {e} (fix: --secret FILE, or --secret :empty)",
@@ -257,17 +257,6 @@ async fn load_config(
         eprintln!("warning: {error}");
     }
     Ok(config)
-}
-
-fn secret_values(secret: Secret) -> BTreeMap<String, String> {
-    let mut values: BTreeMap<String, String> = secret
-        .data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-        .collect();
-    values.extend(secret.string_data.unwrap_or_default());
-    values
 }
 
 /// The `data` (and, for a Secret, `stringData`) of the `kind` called `name` in a YAML file of
@@ -295,7 +284,7 @@ fn documents_data(
     if kind == "Secret" {
         let secret: Secret = serde_json::from_value(document.clone())
             .map_err(|e| format!("the Secret {name:?} is not a Secret: {e}"))?;
-        Ok(secret_values(secret))
+        Ok(notify::secret_values(secret))
     } else {
         let configmap: ConfigMap = serde_json::from_value(document.clone())
             .map_err(|e| format!("the ConfigMap {name:?} is not a ConfigMap: {e}"))?;

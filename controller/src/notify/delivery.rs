@@ -557,7 +557,9 @@ enum NamespacedChange {
     },
 }
 
-fn secret_values(secret: Secret) -> BTreeMap<String, String> {
+/// A Secret's values as text: its `data` (decoded lossily as UTF-8), then its `stringData` on
+/// top, as the notification configuration reads them.
+pub fn secret_values(secret: Secret) -> BTreeMap<String, String> {
     let mut values: BTreeMap<String, String> = secret
         .data
         .unwrap_or_default()

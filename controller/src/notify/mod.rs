@@ -21,7 +21,7 @@ mod template;
 pub use config::{
     ConfigError, FAILURE_TRIGGERS, NotificationConfig, RetryPolicy, Service, TriggerCondition,
 };
-pub use delivery::{ConfigSource, Notifier, analysis_runs};
+pub use delivery::{ConfigSource, Notifier, analysis_runs, secret_values};
 pub use services::{HttpClients, SendError, send, teams_message};
 pub use subscriptions::{Destination, destinations};
 pub use template::{
