@@ -483,6 +483,15 @@ where
     }
 }
 
+/// A write's result with a 404 as `None`: the object is gone, so there is nothing left to change.
+fn unless_gone<T>(result: kube::Result<T>) -> kube::Result<Option<T>> {
+    match result {
+        Ok(written) => Ok(Some(written)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
 /// Makes the plan's writes, in order; a refusal for good becomes the status of the template or
 /// analysis it was for, a passing failure the reconcile's error (retried).
 async fn act(
@@ -530,44 +539,39 @@ async fn act(
             continue;
         }
         let patch = json!({"metadata": {"annotations": {build::SCALE_DOWN_DEADLINE_ANNOTATION: deadline.at}}});
-        match rs_api
-            .patch(
-                &deadline.replica_set,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(write_error(
-                    "patch",
-                    "ReplicaSet",
-                    namespace,
+        unless_gone(
+            rs_api
+                .patch(
                     &deadline.replica_set,
-                    experiment,
-                )(source));
-            }
-        }
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await,
+        )
+        .map_err(write_error(
+            "patch",
+            "ReplicaSet",
+            namespace,
+            &deadline.replica_set,
+            experiment,
+        ))?;
     }
     for (name, replicas) in &plan.scales {
         let patch = json!({"spec": {"replicas": replicas}});
-        match rs_api
+        let scaled = rs_api
             .patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
+            .await;
+        if unless_gone(scaled)
+            .map_err(write_error(
+                "scale",
+                "ReplicaSet",
+                namespace,
+                name,
+                experiment,
+            ))?
+            .is_some()
         {
-            Ok(_) => tracing::info!(replica_set = %name, replicas, "scaled ReplicaSet"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(write_error(
-                    "scale",
-                    "ReplicaSet",
-                    namespace,
-                    name,
-                    experiment,
-                )(source));
-            }
+            tracing::info!(replica_set = %name, replicas, "scaled ReplicaSet");
         }
     }
     let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
@@ -589,14 +593,14 @@ async fn act(
         }
     }
     for (template, name) in &plan.delete_services {
-        match svc_api.delete(name, &DeleteParams::background()).await {
-            Ok(_) => tracing::info!(service = %name, %template, "deleted Service"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(write_error(
-                    "delete", "Service", namespace, name, experiment,
-                )(source));
-            }
+        let deleted = svc_api.delete(name, &DeleteParams::background()).await;
+        if unless_gone(deleted)
+            .map_err(write_error(
+                "delete", "Service", namespace, name, experiment,
+            ))?
+            .is_some()
+        {
+            tracing::info!(service = %name, %template, "deleted Service");
         }
     }
     let run_api: Api<AnalysisRun> = Api::namespaced(ctx.client.clone(), namespace);
@@ -626,21 +630,20 @@ async fn act(
     }
     for name in &plan.terminate_runs {
         let patch = json!({"spec": {"terminate": true}});
-        match run_api
+        let terminated = run_api
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
+            .await;
+        if unless_gone(terminated)
+            .map_err(write_error(
+                "patch",
+                "AnalysisRun",
+                namespace,
+                name,
+                experiment,
+            ))?
+            .is_some()
         {
-            Ok(_) => tracing::info!(analysis_run = %name, "terminated AnalysisRun"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(write_error(
-                    "patch",
-                    "AnalysisRun",
-                    namespace,
-                    name,
-                    experiment,
-                )(source));
-            }
+            tracing::info!(analysis_run = %name, "terminated AnalysisRun");
         }
     }
     record_refusals(&mut plan.status, &mut plan.events, refusals);
