@@ -9,6 +9,7 @@ use kube::ResourceExt;
 use rollouts_crds::FieldError;
 use rollouts_crds::conditions;
 use rollouts_crds::rollout::{Rollout, RolloutCondition, RolloutStatus};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// Argo's phase for a Rollout whose spec cannot be acted on.
@@ -92,6 +93,22 @@ pub fn status_patch(
     let change = match &rollout.status {
         None => Some(desired),
         Some(current) => merge_diff(&serde_json::to_value(current)?, &desired),
+    };
+    Ok(change.map(|status| serde_json::json!({ "status": status })))
+}
+
+/// The merge patch (`{"status": ...}`) from an object's status to `desired`, or `None` when
+/// they are equal. An object with no status gets the whole of `desired`. For the kinds whose
+/// status can be compared whole (AnalysisRun, Experiment).
+pub fn patch_when_changed<S: Serialize + PartialEq>(
+    current: Option<&S>,
+    desired: &S,
+) -> Result<Option<Value>, serde_json::Error> {
+    let want = serde_json::to_value(desired)?;
+    let change = match current {
+        None => Some(want),
+        Some(current) if current == desired => None,
+        Some(current) => merge_diff(&serde_json::to_value(current)?, &want),
     };
     Ok(change.map(|status| serde_json::json!({ "status": status })))
 }

@@ -11,7 +11,7 @@ use super::context::{AnalysisContext, lock};
 use super::reconcile::object_key;
 use super::{Error, Result};
 use crate::events;
-use crate::status_patch::merge_diff;
+use crate::status_patch::patch_when_changed;
 
 /// What became of a status write.
 pub(super) enum StatusWrite {
@@ -70,13 +70,7 @@ pub fn status_patch(
     current: Option<&AnalysisRunStatus>,
     desired: &AnalysisRunStatus,
 ) -> Result<Option<Value>, serde_json::Error> {
-    let want = serde_json::to_value(desired)?;
-    let change = match current {
-        None => Some(want),
-        Some(current) if current == desired => None,
-        Some(current) => merge_diff(&serde_json::to_value(current)?, &want),
-    };
-    Ok(change.map(|status| serde_json::json!({ "status": status })))
+    patch_when_changed(current, desired)
 }
 
 /// Records one of the engine's events on the run, after the status write it follows; a

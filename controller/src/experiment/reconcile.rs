@@ -714,23 +714,17 @@ async fn write_status(
     ctx: &ExperimentContext,
 ) -> Result<StatusWrite> {
     let name = experiment.name_any();
-    let encode = |source| Error::EncodeStatus {
-        namespace: namespace.to_string(),
-        name: name.clone(),
-        source,
-    };
-    let want = serde_json::to_value(desired).map_err(encode)?;
-    let change = match experiment.status.as_ref() {
-        None => Some(want),
-        Some(current) if current == desired => None,
-        Some(current) => {
-            crate::status_patch::merge_diff(&serde_json::to_value(current).map_err(encode)?, &want)
-        }
-    };
-    let Some(change) = change else {
+    let Some(mut patch) =
+        crate::status_patch::patch_when_changed(experiment.status.as_ref(), desired).map_err(
+            |source| Error::EncodeStatus {
+                namespace: namespace.to_string(),
+                name: name.clone(),
+                source,
+            },
+        )?
+    else {
         return Ok(StatusWrite::Unchanged);
     };
-    let mut patch = json!({ "status": change });
     if let Some(version) = experiment.resource_version() {
         patch["metadata"] = json!({ "resourceVersion": version });
     }
