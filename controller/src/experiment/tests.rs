@@ -9,7 +9,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use rollouts_analysis::compose::{FoundTemplate, Templates};
 use rollouts_crds::analysis::{AnalysisPhase, AnalysisTemplateSpec, Metric};
-use rollouts_crds::experiment::{Experiment, ExperimentStatus, TemplateStatusCode};
+use rollouts_crds::experiment::{
+    Experiment, ExperimentCondition, ExperimentStatus, TemplateStatus, TemplateStatusCode,
+};
 use serde_json::{Value, json};
 
 use super::build::{self, POD_TEMPLATE_HASH_LABEL};
@@ -85,6 +87,31 @@ fn with_available(observed: &Observed, available: i32) -> Observed {
     observed
 }
 
+/// The first pass over `experiment` (nothing observed, at 0s): its plan, the ReplicaSets it
+/// created as observed with no pod available, and the experiment as the next pass reads it.
+fn first_pass(experiment: &Experiment) -> (Plan, Observed, Experiment) {
+    let first = plan(experiment, &Observed::default(), at(0));
+    let created = observed_from(&first, 0);
+    let next = next(experiment, &first);
+    (first, created, next)
+}
+
+fn template_status<'a>(status: &'a ExperimentStatus, name: &str) -> &'a TemplateStatus {
+    status
+        .template_statuses
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("a status for template {name:?}"))
+}
+
+fn condition<'a>(status: &'a ExperimentStatus, type_: &str) -> &'a ExperimentCondition {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("a {type_} condition"))
+}
+
 fn template_code(status: &ExperimentStatus, name: &str) -> Option<TemplateStatusCode> {
     status
         .template_statuses
@@ -100,9 +127,7 @@ fn reasons(plan: &Plan) -> Vec<&str> {
 /// Runs `experiment` from creation to every template available; returns the experiment as the
 /// pass after that reads it, the observed ReplicaSets, and the time.
 fn running(experiment: Experiment) -> (Experiment, Observed, Timestamp) {
-    let first = plan(&experiment, &Observed::default(), at(0));
-    let created = observed_from(&first, 0);
-    let experiment = next(&experiment, &first);
+    let (_, created, experiment) = first_pass(&experiment);
     let mut available = created.clone();
     for rs in available.replica_sets.values_mut() {
         (rs.ready, rs.available) = (rs.desired, rs.desired);
@@ -180,9 +205,7 @@ fn the_first_pass_creates_a_replica_set_per_template_with_its_own_hash_and_is_pe
 #[test]
 fn every_template_available_marks_available_at_and_running_until_the_duration_ends() {
     let experiment = two_templates();
-    let first = plan(&experiment, &Observed::default(), at(0));
-    let created = observed_from(&first, 0);
-    let experiment = next(&experiment, &first);
+    let (_, created, experiment) = first_pass(&experiment);
     // Pods not ready yet: still Pending, looked at again at the progress deadline.
     let waiting = plan(&experiment, &created, at(1));
     assert_eq!(waiting.status.phase, Some(AnalysisPhase::Pending));
@@ -201,12 +224,7 @@ fn every_template_available_marks_available_at_and_running_until_the_duration_en
         template_code(&ready.status, "canary"),
         Some(TemplateStatusCode::Running)
     );
-    let progressing = ready
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Progressing")
-        .expect("Progressing");
+    let progressing = condition(&ready.status, "Progressing");
     assert_eq!(
         (progressing.status.as_str(), progressing.reason.as_str()),
         ("True", "ReplicaSetUpdated")
@@ -221,12 +239,7 @@ fn every_template_available_marks_available_at_and_running_until_the_duration_en
     let experiment = next(&experiment, &ready);
     let steady = plan(&experiment, &available, at(6));
     assert_eq!(steady.status.phase, Some(AnalysisPhase::Running));
-    let progressing = steady
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Progressing")
-        .expect("Progressing");
+    let progressing = condition(&steady.status, "Progressing");
     assert_eq!(progressing.reason, "NewReplicaSetAvailable");
     assert!(!steady.writes_objects());
     let experiment = next(&experiment, &steady);
@@ -251,12 +264,7 @@ fn once_the_duration_passed_it_succeeds_and_scales_down_after_the_delay() {
         Some(TemplateStatusCode::Successful)
     );
     assert_eq!(done.status.phase, Some(AnalysisPhase::Successful));
-    let progressing = done
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Progressing")
-        .expect("Progressing");
+    let progressing = condition(&done.status, "Progressing");
     assert_eq!(
         (progressing.status.as_str(), progressing.reason.as_str()),
         ("False", "ExperimentCompleted")
@@ -338,9 +346,7 @@ fn a_zero_scale_down_delay_scales_down_at_once() {
 fn a_template_short_of_its_pods_past_the_progress_deadline_fails_the_experiment() {
     let mut experiment = two_templates();
     experiment.spec.progress_deadline_seconds = Some(60);
-    let first = plan(&experiment, &Observed::default(), at(0));
-    let created = observed_from(&first, 0);
-    let experiment = next(&experiment, &first);
+    let (_, created, experiment) = first_pass(&experiment);
     // Pods appear (a change of counts) at 1s, then none becomes available.
     let started = plan(&experiment, &created, at(1));
     assert_eq!(started.status.phase, Some(AnalysisPhase::Pending));
@@ -352,12 +358,7 @@ fn a_template_short_of_its_pods_past_the_progress_deadline_fails_the_experiment(
         template_code(&late.status, "canary"),
         Some(TemplateStatusCode::Failed)
     );
-    let canary = late
-        .status
-        .template_statuses
-        .iter()
-        .find(|t| t.name == "canary")
-        .expect("canary");
+    let canary = template_status(&late.status, "canary");
     assert_eq!(
         canary.message,
         "Template 'canary' exceeded its progressDeadlineSeconds (60)"
@@ -634,13 +635,11 @@ fn a_template_with_a_service_gets_one_while_it_runs_and_loses_it_at_zero() {
         .expect("container")
         .remove("ports");
     let experiment = experiment(json!({"scaleDownDelaySeconds": 0, "templates": [spec, no_ports]}));
-    let first = plan(&experiment, &Observed::default(), at(0));
+    let (first, created, experiment) = first_pass(&experiment);
     assert!(
         first.create_services.is_empty(),
         "made once its ReplicaSet exists"
     );
-    let created = observed_from(&first, 0);
-    let experiment = next(&experiment, &first);
     let second = plan(&experiment, &created, at(1));
     assert_eq!(
         second.create_services.len(),
@@ -659,12 +658,7 @@ fn a_template_with_a_service_gets_one_while_it_runs_and_loses_it_at_zero() {
         hash
     );
     assert_eq!(spec.ports.as_ref().expect("ports")[0].port, 8080);
-    let canary = second
-        .status
-        .template_statuses
-        .iter()
-        .find(|t| t.name == "canary")
-        .expect("canary");
+    let canary = template_status(&second.status, "canary");
     assert_eq!(
         (
             canary.service_name.as_str(),
@@ -692,12 +686,7 @@ fn a_template_with_a_service_gets_one_while_it_runs_and_loses_it_at_zero() {
         deleted.delete_services,
         [("canary".to_string(), "exp-canary".to_string())]
     );
-    let canary = deleted
-        .status
-        .template_statuses
-        .iter()
-        .find(|t| t.name == "canary")
-        .expect("canary");
+    let canary = template_status(&deleted.status, "canary");
     assert!(canary.service_name.is_empty());
 }
 
@@ -735,12 +724,7 @@ fn an_invalid_spec_ends_in_error_naming_each_field_and_its_fix() {
             invalid.status.message
         );
     }
-    let condition = invalid
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "InvalidSpec")
-        .expect("InvalidSpec");
+    let condition = condition(&invalid.status, "InvalidSpec");
     assert_eq!(condition.message, invalid.status.message);
     assert!(
         condition.message.contains("(fix: "),
