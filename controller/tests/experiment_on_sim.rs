@@ -85,19 +85,8 @@ impl Harness {
         what: &str,
         done: impl Fn(&ExperimentStatus) -> bool,
     ) -> ExperimentStatus {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let status = self.experiment_status(name).await;
-            if done(&status) {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {DEADLINE:?} waiting for {name} to be {what}; status: {status:#?}\ncontroller log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.wait_status(name, what, || self.experiment_status(name), done)
+            .await
     }
 
     async fn wait_phase(&self, name: &str, phase: AnalysisPhase) -> ExperimentStatus {
@@ -112,19 +101,12 @@ impl Harness {
         what: &str,
         check: impl Fn(&ReplicaSet) -> bool,
     ) -> ReplicaSet {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let rs = self.replica_set_api().get_opt(name).await.expect("reads");
-            if let Some(rs) = rs.filter(|rs| check(rs)) {
-                return rs;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {DEADLINE:?} waiting for ReplicaSet {name} to be {what}\ncontroller log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let read = || async { self.replica_set_api().get_opt(name).await.expect("reads") };
+        self.wait_status(&format!("ReplicaSet {name}"), what, read, |rs| {
+            rs.as_ref().is_some_and(&check)
+        })
+        .await
+        .expect("the ReplicaSet the wait found")
     }
 
     /// Writes to the experiment's status, as the API server saw them.

@@ -104,9 +104,26 @@ impl RunHarness {
         what: &str,
         done: impl Fn(&AnalysisRunStatus) -> bool,
     ) -> AnalysisRunStatus {
+        self.wait_status(name, what, || self.status(name), done)
+            .await
+    }
+
+    /// Polls `read` (the status of the object `name`) every 50ms until `done` holds for what
+    /// it gives; fails after [`DEADLINE`] with the last status read and the controller's log.
+    pub async fn wait_status<S, Fut>(
+        &self,
+        name: &str,
+        what: &str,
+        read: impl Fn() -> Fut,
+        done: impl Fn(&S) -> bool,
+    ) -> S
+    where
+        S: std::fmt::Debug,
+        Fut: std::future::Future<Output = S>,
+    {
         let deadline = Instant::now() + DEADLINE;
         loop {
-            let status = self.status(name).await;
+            let status = read().await;
             if done(&status) {
                 return status;
             }
