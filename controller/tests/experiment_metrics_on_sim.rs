@@ -7,7 +7,7 @@ mod support;
 
 use std::net::SocketAddr;
 
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use rollouts_crds::experiment::Experiment;
 use serde_json::{Value, json};
 
@@ -25,20 +25,6 @@ fn template(name: &str) -> Value {
             "spec": {"containers": [{"name": "app", "image": format!("shop:{name}")}]},
         },
     })
-}
-
-async fn create_experiment(h: &Harness, name: &str, spec: Value) {
-    let experiment: Experiment = serde_json::from_value(json!({
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": spec,
-    }))
-    .expect("an Experiment");
-    Api::<Experiment>::namespaced(h.client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &experiment)
-        .await
-        .expect("creates the Experiment");
 }
 
 /// The /metrics address, from the line the controller logs when it listens (both address
@@ -80,9 +66,9 @@ async fn scrape_until(h: &Harness, addr: SocketAddr, what: &str, ready: impl Fn(
 async fn experiment_series_follow_its_phase_and_go_when_it_is_deleted() {
     let h = Harness::start("rollouts-experiment-metrics", &["--log-level", "info"]).await;
     let addr = metrics_addr(&h).await;
-    create_experiment(&h, "kept", json!({"templates": [template("kept")]})).await;
-    create_experiment(
-        &h,
+    h.create_experiment("kept", json!({"templates": [template("kept")]}))
+        .await;
+    h.create_experiment(
         "fresh",
         json!({"duration": "2s", "scaleDownDelaySeconds": 0, "templates": [template("baseline")]}),
     )

@@ -34,20 +34,6 @@ impl Harness {
         Api::namespaced(self.client.clone(), NAMESPACE)
     }
 
-    async fn create_experiment(&self, name: &str, spec: Value) {
-        let experiment: Experiment = serde_json::from_value(json!({
-            "apiVersion": "argoproj.io/v1alpha1",
-            "kind": "Experiment",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": spec,
-        }))
-        .expect("an Experiment");
-        self.experiments()
-            .create(&PostParams::default(), &experiment)
-            .await
-            .expect("creates the Experiment");
-    }
-
     async fn create_analysis_template(&self, name: &str, query: &str, success: &str) {
         let template: AnalysisTemplate = serde_json::from_value(json!({
             "apiVersion": "argoproj.io/v1alpha1",

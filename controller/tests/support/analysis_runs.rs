@@ -1,5 +1,5 @@
-//! The AnalysisRun tests' harness on kube-sim: the real controller binary and a stand-in
-//! Prometheus.
+//! The AnalysisRun and Experiment tests' harness on kube-sim: the real controller binary and a
+//! stand-in Prometheus.
 
 use std::ops::Deref;
 use std::process::Stdio;
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, PostParams};
 use rollouts_crds::analysis::{AnalysisRun, AnalysisRunStatus};
+use rollouts_crds::experiment::Experiment;
 use rollouts_e2e::fake_prometheus::FakePrometheus;
 use rollouts_e2e::sim::SimOptions;
 use serde_json::Value;
@@ -78,6 +79,21 @@ impl RunHarness {
 
     pub fn runs(&self) -> Api<AnalysisRun> {
         Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    /// Creates the Experiment `name` with `spec`.
+    pub async fn create_experiment(&self, name: &str, spec: Value) {
+        let experiment: Experiment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Experiment",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": spec,
+        }))
+        .expect("an Experiment");
+        Api::<Experiment>::namespaced(self.client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &experiment)
+            .await
+            .expect("creates the Experiment");
     }
 
     pub async fn create(&self, manifest: Value) -> AnalysisRun {
