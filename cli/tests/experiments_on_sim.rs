@@ -12,7 +12,7 @@ use std::time::Instant;
 use k8s_openapi::jiff::{Timestamp, ToSpan};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
-use support::{DEADLINE, NAMESPACE, World, eventually, lines_of};
+use support::{DEADLINE, NAMESPACE, World, eventually, lines_of, web_rollout};
 
 fn world(label: &str) -> World {
     World::start("experiments", label)
@@ -347,23 +347,14 @@ async fn get_rollout_draws_its_experiment_under_its_revision() {
         .sim
         .create(
             NAMESPACE,
-            json!({
-                "apiVersion": "argoproj.io/v1alpha1",
-                "kind": "Rollout",
-                "metadata": {"name": "web", "namespace": NAMESPACE},
-                "spec": {
-                    "replicas": 1,
-                    "selector": {"matchLabels": {"app": "web"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "web"}},
-                        "spec": {"containers": [{"name": "app", "image": "app:v2"}]}
-                    },
-                    "strategy": {"canary": {"steps": [{"experiment": {
-                        "templates": [{"name": "baseline", "specRef": "stable"},
-                                      {"name": "canary", "specRef": "canary"}]
-                    }}]}}
-                }
-            }),
+            web_rollout(
+                "app",
+                "app:v2",
+                json!([{"experiment": {
+                    "templates": [{"name": "baseline", "specRef": "stable"},
+                                  {"name": "canary", "specRef": "canary"}]
+                }}]),
+            ),
         )
         .expect("rollout");
     let stable = world

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use support::{NAMESPACE, World, eventually};
+use support::{NAMESPACE, World, eventually, web_rollout};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -59,20 +59,39 @@ async fn webhook() -> (String, Requests) {
     (url, requests)
 }
 
-async fn configure(world: &World, webhook_url: &str) {
+/// Creates the notification ConfigMap with `data`.
+async fn create_configmap(world: &World, data: Value) {
     let configmap: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "argo-rollouts-notification-configmap", "namespace": NAMESPACE},
-        "data": {
-            "service.webhook.ops": format!("url: {webhook_url}\nheaders:\n- name: Authorization\n  value: Bearer $ops-token\n"),
-            "template.rollout-aborted": "message: Rollout {{.rollout.metadata.name}} has been aborted.\nwebhook:\n  ops:\n    method: POST\n    path: /hooks/{{.rollout.metadata.namespace}}\n    body: '{\"text\": \"{{.rollout.metadata.name}} aborted\", \"to\": \"{{.recipient}}\"}'\n",
-            "trigger.on-purple": "- when: rollout.spec.template.spec.containers[0].image == 'argoproj/rollouts-demo:purple'\n  send: [rollout-aborted]\n",
-        }
+        "data": data,
     }))
     .expect("a ConfigMap");
     Api::<ConfigMap>::namespaced(world.client.clone(), NAMESPACE)
         .create(&PostParams::default(), &configmap)
         .await
         .expect("creates the ConfigMap");
+}
+
+/// Creates the Rollout `web`: `rollout` as [`web_rollout`] gives it.
+async fn create_rollout(world: &World, rollout: &Value) {
+    world
+        .create_raw(
+            &format!("/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/rollouts"),
+            rollout,
+        )
+        .await;
+}
+
+async fn configure(world: &World, webhook_url: &str) {
+    create_configmap(
+        world,
+        json!({
+            "service.webhook.ops": format!("url: {webhook_url}\nheaders:\n- name: Authorization\n  value: Bearer $ops-token\n"),
+            "template.rollout-aborted": "message: Rollout {{.rollout.metadata.name}} has been aborted.\nwebhook:\n  ops:\n    method: POST\n    path: /hooks/{{.rollout.metadata.namespace}}\n    body: '{\"text\": \"{{.rollout.metadata.name}} aborted\", \"to\": \"{{.recipient}}\"}'\n",
+            "trigger.on-purple": "- when: rollout.spec.template.spec.containers[0].image == 'argoproj/rollouts-demo:purple'\n  send: [rollout-aborted]\n",
+        }),
+    )
+    .await;
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "argo-rollouts-notification-secret", "namespace": NAMESPACE},
         "stringData": {"ops-token": "t0ken"}
@@ -82,35 +101,25 @@ async fn configure(world: &World, webhook_url: &str) {
         .create(&PostParams::default(), &secret)
         .await
         .expect("creates the Secret");
-    world
-        .create_raw(
-            &format!("/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/rollouts"),
-            &json!({
-                "apiVersion": "argoproj.io/v1alpha1",
-                "kind": "Rollout",
-                "metadata": {"name": "web", "namespace": NAMESPACE},
-                "spec": {
-                    "replicas": 1,
-                    "selector": {"matchLabels": {"app": "web"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "web"}},
-                        "spec": {"containers": [{"name": "web", "image": "argoproj/rollouts-demo:purple"}]}
-                    },
-                    "strategy": {"canary": {"steps": [{"setWeight": 50}]}}
-                }
-            }),
-        )
-        .await;
+    let purple = web_rollout(
+        "web",
+        "argoproj/rollouts-demo:purple",
+        json!([{"setWeight": 50}]),
+    );
+    create_rollout(world, &purple).await;
 }
 
-/// Runs `kubectl rollouts ARGS` off the runtime (the webhook answers on it meanwhile); its
-/// stdout, after checking it succeeded.
-async fn kubectl_rollouts(world: &World, args: &[&str]) -> String {
+/// Runs `kubectl rollouts ARGS` off the runtime (the webhook answers on it meanwhile).
+async fn kubectl_rollouts_output(world: &World, args: &[&str]) -> std::process::Output {
     let mut command = world.kubectl_rollouts(args);
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let out = tokio::task::spawn_blocking(move || command.output().expect("kubectl runs"))
+    tokio::task::spawn_blocking(move || command.output().expect("kubectl runs"))
         .await
-        .expect("joins");
+        .expect("joins")
+}
+
+/// [`kubectl_rollouts_output`]'s stdout, after checking it succeeded.
+async fn kubectl_rollouts(world: &World, args: &[&str]) -> String {
+    let out = kubectl_rollouts_output(world, args).await;
     assert!(
         out.status.success(),
         "kubectl rollouts {args:?} failed: {}",
@@ -213,11 +222,11 @@ async fn templates_and_triggers_are_printed_previewed_sent_and_run_against_a_liv
     );
 
     // An unknown trigger is named, with the ones there are.
-    let mut command =
-        world.kubectl_rollouts(&["notifications", "trigger", "run", "on-nothing", "web"]);
-    let out = tokio::task::spawn_blocking(move || command.output().expect("kubectl runs"))
-        .await
-        .expect("joins");
+    let out = kubectl_rollouts_output(
+        &world,
+        &["notifications", "trigger", "run", "on-nothing", "web"],
+    )
+    .await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -229,41 +238,17 @@ async fn templates_and_triggers_are_printed_previewed_sent_and_run_against_a_liv
 #[tokio::test]
 async fn a_template_sees_the_analysis_runs_of_the_rollouts_current_revision() {
     let world = World::start("notifications", "runs");
-    let configmap: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "argo-rollouts-notification-configmap", "namespace": NAMESPACE},
-        "data": {
+    create_configmap(
+        &world,
+        json!({
             "template.runs": "message: '{{range .analysisRuns}}{{.metadata.name}};{{end}}'\n",
             "trigger.on-current-run": "- when: len(analysisRuns) == 1 && analysisRuns[0].metadata.name == 'web-6f8b9c-2-0'\n  send: [runs]\n",
-        }
-    }))
-    .expect("a ConfigMap");
-    Api::<ConfigMap>::namespaced(world.client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &configmap)
-        .await
-        .expect("creates the ConfigMap");
-    world
-        .create_raw(
-            &format!("/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/rollouts"),
-            &json!({
-                "apiVersion": "argoproj.io/v1alpha1",
-                "kind": "Rollout",
-                "metadata": {
-                    "name": "web",
-                    "namespace": NAMESPACE,
-                    "annotations": {"rollout.argoproj.io/revision": "2"}
-                },
-                "spec": {
-                    "replicas": 1,
-                    "selector": {"matchLabels": {"app": "web"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "web"}},
-                        "spec": {"containers": [{"name": "web", "image": "web:2"}]}
-                    },
-                    "strategy": {"canary": {"steps": [{"setWeight": 50}]}}
-                }
-            }),
-        )
-        .await;
+        }),
+    )
+    .await;
+    let mut rollout = web_rollout("web", "web:2", json!([{"setWeight": 50}]));
+    rollout["metadata"]["annotations"] = json!({"rollout.argoproj.io/revision": "2"});
+    create_rollout(&world, &rollout).await;
     world
         .patch_status("web", json!({"currentPodHash": "6f8b9c"}))
         .await;

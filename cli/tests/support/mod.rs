@@ -212,6 +212,25 @@ impl World {
     }
 }
 
+/// The canary Rollout `web` of one pod labelled `app: web`, whose one container is `container`
+/// running `image`, with the canary `steps`.
+pub fn web_rollout(container: &str, image: &str, steps: Value) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "metadata": {"name": "web", "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": container, "image": image}]}
+            },
+            "strategy": {"canary": {"steps": steps}}
+        }
+    })
+}
+
 #[derive(serde::Deserialize)]
 struct Created {
     metadata: Value,
