@@ -223,7 +223,9 @@ pub async fn run(
         })
     })
     .reflect(writer)
-    .applied_objects();
+    // Deletions too: the reconcile then finds it gone (ObjectNotFound below) and its
+    // bookkeeping and metric series go, whether or not an owned object's event follows.
+    .touched_objects();
 
     let (rs_store, rs_writer) = reflector::store();
     let replica_sets = watcher(replica_sets, watcher::Config::default())
