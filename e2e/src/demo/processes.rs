@@ -127,6 +127,12 @@ impl Processes {
         self.running.last_mut().expect("just pushed")
     }
 
+    /// Stops and forgets `name` (a start that failed and is tried again).
+    pub async fn remove(&mut self, name: &str) {
+        self.stop(name).await;
+        self.running.retain(|p| p.name != name);
+    }
+
     pub fn get_mut(&mut self, name: &str) -> Option<&mut Process> {
         self.running.iter_mut().find(|p| p.name == name)
     }

@@ -305,6 +305,30 @@ async fn start_dashboard(
     } else {
         0
     };
+    match start_dashboard_on(paths, processes, port).await {
+        // 3100 was taken between the check and the dashboard's bind (another demo starting
+        // at the same moment): any free port then.
+        Err(_) if port != 0 => {
+            processes.remove("dashboard").await;
+            start_dashboard_on(paths, processes, 0).await
+        }
+        started => started,
+    }
+    .map(|url| {
+        screen.say(
+            Voice::Story,
+            &format!("dashboard: {url} (open it to watch the releases live in a browser)"),
+        );
+        url
+    })
+}
+
+/// [`start_dashboard`] on `port` (0: any free one).
+async fn start_dashboard_on(
+    paths: &Paths,
+    processes: &mut Processes,
+    port: u16,
+) -> Result<String, Failure> {
     let mut command = paths.command("kubectl");
     // --kubeconfig on the command line too, so the process names the demo's folder.
     command
@@ -343,10 +367,6 @@ async fn start_dashboard(
         .parse()
         .map_err(|_| Failure::Setup(format!("the dashboard printed a bad address: {url}")))?;
     wait_ready(processes, "dashboard", || answers_ok(address, "/")).await?;
-    screen.say(
-        Voice::Story,
-        &format!("dashboard: {url} (open it to watch the releases live in a browser)"),
-    );
     Ok(url)
 }
 
