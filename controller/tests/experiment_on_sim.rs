@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::events::v1::Event;
@@ -20,8 +20,11 @@ use rollouts_crds::analysis::{AnalysisPhase, AnalysisRun, AnalysisTemplate};
 use rollouts_crds::experiment::{Experiment, ExperimentStatus, TemplateStatusCode};
 use serde_json::{Value, json};
 
-use support::NAMESPACE;
 use support::analysis_runs::{DEADLINE, RunHarness as Harness};
+use support::{NAMESPACE, eventually_with_log};
+
+/// How often a wait looks again.
+const POLL: Duration = Duration::from_millis(50);
 
 const HASH_LABEL: &str = "rollouts-pod-template-hash";
 
@@ -425,29 +428,27 @@ async fn required_analyses_decide_the_experiment() {
     assert_eq!(run.owner_references()[0].kind, "Experiment");
     // As Argo: the run's transition is a Warning on the Rollout too, for its notifications.
     let events: Api<Event> = Api::namespaced(h.client.clone(), NAMESPACE);
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let on_rollout = events
-            .list(&ListParams::default())
-            .await
-            .expect("lists events")
-            .items
-            .into_iter()
-            .any(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
-                    && e.reason.as_deref() == Some("AnalysisRunFailed")
-                    && e.type_.as_deref() == Some("Warning")
-            });
-        if on_rollout {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no AnalysisRunFailed event on Rollout web\ncontroller log:\n{}",
-            h.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_with_log(
+        DEADLINE,
+        POLL,
+        "an AnalysisRunFailed event on Rollout web",
+        || format!("\ncontroller log:\n{}", h.log()),
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .expect("lists events")
+                .items
+                .into_iter()
+                .any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+                        && e.reason.as_deref() == Some("AnalysisRunFailed")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -497,25 +498,23 @@ async fn a_bad_template_an_undecodable_experiment_or_a_missing_analysis_template
     raw.create(&PostParams::default(), &undecodable)
         .await
         .expect("creates the undecodable Experiment");
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let object = raw.get("huge").await.expect("reads it untyped");
-        let status = &object.data["status"];
-        if status["phase"] == "Error" {
-            let message = status["message"].as_str().unwrap_or_default();
-            assert!(
-                message.contains("cannot be decoded") && message.contains("replicas"),
-                "{message}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for the undecodable Experiment's Error phase: {status}\ncontroller log:\n{}",
-            h.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let message = eventually_with_log(
+        DEADLINE,
+        POLL,
+        "the undecodable Experiment's Error phase",
+        || format!("\ncontroller log:\n{}", h.log()),
+        || async {
+            let object = raw.get("huge").await.expect("reads it untyped");
+            let status = &object.data["status"];
+            (status["phase"] == "Error")
+                .then(|| status["message"].as_str().unwrap_or_default().to_string())
+        },
+    )
+    .await;
+    assert!(
+        message.contains("cannot be decoded") && message.contains("replicas"),
+        "{message}"
+    );
 
     h.create_experiment(
         "unjudged",

@@ -15,6 +15,7 @@ use rollouts_crds::analysis::AnalysisPhase;
 use rollouts_crds::rollout::{Rollout, RolloutExperimentStep, RolloutStatus, WeightDestination};
 
 use super::analysis_runs::resolve_args;
+use super::run_history;
 use super::status::Outbox;
 use super::{
     EventType, ExperimentToCreate, Observed, ObservedExperiment, ObservedReplicaSet, Plan,
@@ -270,31 +271,18 @@ pub(super) fn experiments_to_delete(
     plan: &Plan,
 ) -> Vec<String> {
     let current = plan.status.canary.current_experiment.as_str();
-    let kept_revision = |hash: &str| {
-        let kept_rs = observed
-            .replica_sets
-            .iter()
-            .any(|rs| rs.pod_template_hash == hash && !plan.delete_replica_sets.contains(&rs.name));
-        let created = plan
-            .create_replica_set
-            .as_ref()
-            .is_some_and(|new_rs| new_rs.pod_template_hash == hash);
-        !hash.is_empty() && (kept_rs || created)
-    };
     let mut others: Vec<&ObservedExperiment> = observed
         .experiments
         .iter()
         .filter(|ex| ex.name != current)
         .collect();
     others.sort_by_key(|ex| Reverse((ex.created, ex.name.clone())));
-    let limit = |value: i32| usize::try_from(value).unwrap_or(0);
-    let successful_limit = limit(rollout.spec.effective_successful_run_history_limit());
-    let unsuccessful_limit = limit(rollout.spec.effective_unsuccessful_run_history_limit());
+    let (successful_limit, unsuccessful_limit) = run_history::history_limits(rollout);
     let (mut successful, mut unsuccessful) = (0, 0);
     let mut delete = Vec::new();
     for ex in others {
         let beyond_limit = match ex.phase {
-            _ if !kept_revision(&ex.pod_template_hash) => true,
+            _ if !run_history::revision_kept(observed, plan, &ex.pod_template_hash) => true,
             Some(AnalysisPhase::Successful) => {
                 successful += 1;
                 successful > successful_limit

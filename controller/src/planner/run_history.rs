@@ -13,17 +13,6 @@ use super::{Observed, ObservedAnalysisRun, Plan};
 /// Names of the finished runs to delete once `plan` is applied, oldest last.
 pub(super) fn runs_to_delete(rollout: &Rollout, observed: &Observed, plan: &Plan) -> Vec<String> {
     let current = current_run_names(&plan.status);
-    let kept_revision = |hash: &str| {
-        let kept_rs = observed
-            .replica_sets
-            .iter()
-            .any(|rs| rs.pod_template_hash == hash && !plan.delete_replica_sets.contains(&rs.name));
-        let created = plan
-            .create_replica_set
-            .as_ref()
-            .is_some_and(|new_rs| new_rs.pod_template_hash == hash);
-        !hash.is_empty() && (kept_rs || created)
-    };
     let mut finished: Vec<&ObservedAnalysisRun> = observed
         .analysis_runs
         .iter()
@@ -31,12 +20,11 @@ pub(super) fn runs_to_delete(rollout: &Rollout, observed: &Observed, plan: &Plan
         .filter(|run| !current.contains(&run.name.as_str()))
         .collect();
     finished.sort_by_key(|run| Reverse((run.created, run.name.clone())));
-    let successful_limit = limit(rollout.spec.effective_successful_run_history_limit());
-    let unsuccessful_limit = limit(rollout.spec.effective_unsuccessful_run_history_limit());
+    let (successful_limit, unsuccessful_limit) = history_limits(rollout);
     let (mut successful, mut unsuccessful) = (0, 0);
     let mut delete = Vec::new();
     for run in finished {
-        let beyond_limit = !kept_revision(&run.pod_template_hash)
+        let beyond_limit = !revision_kept(observed, plan, &run.pod_template_hash)
             || if run.phase == AnalysisPhase::Successful {
                 successful += 1;
                 successful > successful_limit
@@ -51,9 +39,28 @@ pub(super) fn runs_to_delete(rollout: &Rollout, observed: &Observed, plan: &Plan
     delete
 }
 
-/// A negative limit keeps nothing, as zero does.
-fn limit(value: i32) -> usize {
-    usize::try_from(value).unwrap_or(0)
+/// `successfulRunHistoryLimit` and `unsuccessfulRunHistoryLimit` (for AnalysisRuns and
+/// Experiments alike); a negative limit keeps nothing, as zero does.
+pub(super) fn history_limits(rollout: &Rollout) -> (usize, usize) {
+    let limit = |value: i32| usize::try_from(value).unwrap_or(0);
+    (
+        limit(rollout.spec.effective_successful_run_history_limit()),
+        limit(rollout.spec.effective_unsuccessful_run_history_limit()),
+    )
+}
+
+/// Whether revision `hash` still has its ReplicaSet once `plan` is applied (kept, or created
+/// by it): what belongs to a revision that is gone goes too.
+pub(super) fn revision_kept(observed: &Observed, plan: &Plan, hash: &str) -> bool {
+    let kept_rs = observed
+        .replica_sets
+        .iter()
+        .any(|rs| rs.pod_template_hash == hash && !plan.delete_replica_sets.contains(&rs.name));
+    let created = plan
+        .create_replica_set
+        .as_ref()
+        .is_some_and(|new_rs| new_rs.pod_template_hash == hash);
+    !hash.is_empty() && (kept_rs || created)
 }
 
 /// The runs status records as current (step, background, pre- and post-promotion).
