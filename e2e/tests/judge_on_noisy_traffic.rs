@@ -89,12 +89,19 @@ fn a_release_erring_as_often_as_stable_is_promoted() {
     let (_, canary, run) = release(&s, "12", STABLE_ERROR_RATE);
     let then = s.then();
     let phases = run.measurement_phases("errors-vs-stable");
+    // At confidence 0.99 a release as good as stable is still judged High now and then (about one
+    // measurement in a few hundred, more with Prometheus' extrapolated increase()); that is what
+    // consecutiveFailureLimit 2 absorbs. So: three measurements, a run that ends Successful, and
+    // never two High verdicts in a row.
+    let lone_failures = !phases
+        .windows(2)
+        .any(|w| w[0] == "Failed" && w[1] == "Failed");
     then.holds(
-        run.phase() == "Successful" && phases == ["Successful"; 3],
+        run.phase() == "Successful" && phases.len() == 3 && lone_failures,
         || {
             format!(
-                "the judge's run {} ended {} with measurements {phases:?}; want three \
-                 Successful measurements: {:?}",
+                "the judge's run {} ended {} with measurements {phases:?}; want a Successful \
+                 run of three measurements with no two Failed in a row: {:?}",
                 run.name(),
                 run.phase(),
                 values(&run)
