@@ -69,6 +69,15 @@ pub enum Error {
         source: Box<kube::Error>,
     },
 
+    #[error(
+        "the watch cache's copy of Rollout {namespace}/{name} does not decode ({reason}); the next change to the Rollout replaces it"
+    )]
+    CachedRollout {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+
     #[error("cannot {verb} {kind} {namespace}/{object} for Rollout {rollout}: {source}")]
     Write {
         verb: &'static str,
@@ -205,6 +214,7 @@ impl Error {
             Error::LeaseTimeout { .. } => "lease_timeout",
             Error::PatchStatus { .. } => "patch_status",
             Error::GetRollout { .. } => "get_rollout",
+            Error::CachedRollout { .. } => "cached_rollout",
             Error::Write { .. } => "write",
             Error::Read { .. } => "read",
             Error::ServiceNotFound { .. } => "service_not_found",

@@ -239,7 +239,6 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 #[cfg(test)]
 mod tests {
     use kube::runtime::reflector::store;
-    use rollouts_crds::rollout::Rollout;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
@@ -278,7 +277,7 @@ mod tests {
             .expect("binds");
         let addr = listener.local_addr().expect("addr");
         let diagnostics = Arc::new(Diagnostics::new(leadership));
-        let metrics = Arc::new(Metrics::new(store::<Rollout>().0));
+        let metrics = Arc::new(Metrics::new(store::<crate::packed::PackedRollout>().0));
         metrics.event_published("shop", "web", "Normal", "RolloutUpdated");
         tokio::spawn(serve(
             Arc::new(listener),

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod notify;
 pub mod observe;
 pub mod owned_cache;
+pub mod packed;
 pub mod planner;
 pub mod reconcile;
 pub mod startup;

@@ -32,6 +32,7 @@ use rollouts_crds::conditions;
 use rollouts_crds::rollout::Rollout;
 
 use crate::error::Error;
+use crate::packed::{PackedRollout, RolloutSummary};
 
 /// Argo's buckets for `rollout_reconcile` and `experiment_reconcile`, in seconds.
 const RECONCILE_BUCKETS: [f64; 5] = [0.01, 0.15, 0.25, 0.5, 1.0];
@@ -132,7 +133,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// Registers all metrics; `rollouts` is the controller's watch cache, read at scrape time.
-    pub fn new(rollouts: Store<Rollout>) -> Self {
+    pub fn new(rollouts: Store<PackedRollout>) -> Self {
         let mut registry = Registry::default();
         let reconcile = Family::<RolloutLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             reconcile_histogram as fn() -> Histogram,
@@ -301,11 +302,11 @@ struct RolloutPhaseLabels {
 /// `rollout_info`, `rollout_phase` and the replica gauges, computed from the watch cache on
 /// each scrape.
 /// Reads one replica count of a Rollout.
-type ReplicaCount = fn(&Rollout) -> i64;
+type ReplicaCount = fn(&RolloutSummary) -> i64;
 
 #[derive(Debug)]
 struct RolloutCollector {
-    rollouts: Store<Rollout>,
+    rollouts: Store<PackedRollout>,
 }
 
 impl Collector for RolloutCollector {
@@ -351,26 +352,22 @@ impl Collector for RolloutCollector {
             (
                 "rollout_info_replicas_available",
                 "The number of available replicas per rollout",
-                |r| r.status.as_ref().map_or(0, |s| s.available_replicas.into()),
+                |r| r.available,
             ),
             (
                 "rollout_info_replicas_unavailable",
                 "The number of unavailable replicas per rollout",
-                |r| {
-                    r.status.as_ref().map_or(0, |s| {
-                        i64::from(s.replicas) - i64::from(s.available_replicas)
-                    })
-                },
+                |r| r.unavailable,
             ),
             (
                 "rollout_info_replicas_desired",
                 "The number of desired replicas per rollout",
-                |r| r.spec.replicas.unwrap_or(1).into(),
+                |r| r.desired,
             ),
             (
                 "rollout_info_replicas_updated",
                 "The number of updated replicas per rollout",
-                |r| r.status.as_ref().map_or(0, |s| s.updated_replicas.into()),
+                |r| r.updated,
             ),
         ];
         for (name, help, value) in gauges {
@@ -382,26 +379,26 @@ impl Collector for RolloutCollector {
                 };
                 family
                     .encode_family(&labels)?
-                    .encode_gauge(&value(rollout))?;
+                    .encode_gauge(&value(rollout.summary()))?;
             }
         }
         Ok(())
     }
 }
 
-fn info_labels(rollout: &Rollout) -> RolloutInfoLabels {
-    let (strategy, traffic_router) = strategy_and_traffic_router(rollout);
+fn info_labels(rollout: &PackedRollout) -> RolloutInfoLabels {
+    let summary = rollout.summary();
     RolloutInfoLabels {
         namespace: rollout.namespace().unwrap_or_default(),
         name: rollout.name_any(),
-        strategy: strategy.to_string(),
-        traffic_router: traffic_router.to_string(),
-        phase: rollout_phase(rollout).to_string(),
+        strategy: summary.strategy.to_string(),
+        traffic_router: summary.traffic_router.to_string(),
+        phase: summary.phase.to_string(),
     }
 }
 
 /// The `strategy` and `traffic_router` labels, named as Argo names them.
-fn strategy_and_traffic_router(rollout: &Rollout) -> (&'static str, &'static str) {
+pub fn strategy_and_traffic_router(rollout: &Rollout) -> (&'static str, &'static str) {
     let strategy = &rollout.spec.strategy;
     if strategy.blue_green.is_some() {
         return ("blueGreen", "");
@@ -532,9 +529,9 @@ mod tests {
     }
 
     fn metrics_with(rollouts: Vec<Rollout>) -> Metrics {
-        let (reader, mut writer) = store::<Rollout>();
+        let (reader, mut writer) = store::<PackedRollout>();
         for rollout in rollouts {
-            writer.apply_watcher_event(&watcher::Event::Apply(rollout));
+            writer.apply_watcher_event(&watcher::Event::Apply(PackedRollout::pack(rollout)));
         }
         Metrics::new(reader)
     }

@@ -20,6 +20,7 @@ use crate::act;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::observe::{self, LiveServices};
+use crate::packed::PackedRollout;
 use crate::planner::{self, Observed};
 use crate::status_patch;
 use crate::supervise::{self, Panicked};
@@ -49,6 +50,18 @@ pub async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Actio
             namespace,
             name,
             message,
+        }),
+    }
+}
+
+/// [`reconcile`] for the Rollout the watch cache packed ([`PackedRollout`]).
+pub async fn reconcile_packed(rollout: Arc<PackedRollout>, ctx: Arc<Context>) -> Result<Action> {
+    match rollout.unpack() {
+        Ok(unpacked) => reconcile(Arc::new(unpacked), ctx).await,
+        Err(reason) => Err(Error::CachedRollout {
+            namespace: rollout.namespace().unwrap_or_default(),
+            name: rollout.name_any(),
+            reason,
         }),
     }
 }
@@ -89,7 +102,7 @@ async fn reconcile_uncontained(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Resu
 }
 
 /// Logs and counts a failed reconcile, then retries with a growing backoff.
-pub fn error_policy(rollout: Arc<Rollout>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy<K: Resource>(rollout: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     let namespace = rollout.namespace().unwrap_or_default();
     let name = rollout.name_any();
     ctx.metrics.reconcile_failed(&namespace, &name, error);

@@ -31,7 +31,8 @@ use crate::leader::{self, LeaderElection};
 use crate::metrics::Metrics;
 use crate::notify::{ConfigSource, Notifier};
 use crate::owned_cache::{self, OwnedCaches};
-use crate::reconcile::{error_policy, reconcile};
+use crate::packed::{self, PackedRollout};
+use crate::reconcile::{error_policy, reconcile_packed};
 use crate::supervise::{GaveUp, RestartPolicy, panic_message, supervise};
 use crate::throttle::{Limit, ThrottleLayer};
 
@@ -372,7 +373,7 @@ pub async fn run(flags: Flags) -> Result<()> {
     let rollouts = tokio::spawn(
         rollout_controller
             .graceful_shutdown_on(stop)
-            .run(reconcile, error_policy, context)
+            .run(reconcile_packed, error_policy, context)
             .inspect(move |outcome| {
                 // A Rollout that is gone: its backoff, bookkeeping and metric series go too.
                 if let Err(controller::Error::ObjectNotFound(object)) = outcome {
@@ -580,7 +581,7 @@ fn rollout_controller(
     selector: &str,
     caches: &Arc<OwnedCaches>,
     claims: &Arc<Claims>,
-) -> Controller<Rollout> {
+) -> Controller<PackedRollout> {
     let (rollout_store, rollout_writer) = reflector::store();
     let (feed_claims, claims_changed) = claims::feeder(claims.clone());
     let mut rollout_sorter =
@@ -597,8 +598,9 @@ fn rollout_controller(
         })
     })
     .modify(|rollout| rollout.metadata.managed_fields = None)
-    .reflect(rollout_writer)
     .inspect_ok(feed_claims)
+    .map_ok(packed::pack_event)
+    .reflect(rollout_writer)
     .applied_objects();
     let mut replica_set_notes = Notes::new(
         "ReplicaSet".to_string(),
@@ -658,7 +660,7 @@ fn rollout_controller(
         .owns_stream(analysis_runs)
         .owns_stream(experiments)
         // Rollouts sharing an object with one that changed or went, and the gone ones.
-        .reconcile_on(claims_changed)
+        .reconcile_on(claims_changed.map(|rollout| packed::packed_ref(&rollout)))
 }
 
 /// The notifier, configured by [`watch_notifications`] once the controllers run.
@@ -794,11 +796,11 @@ async fn wait_for(mut shutdown: watch::Receiver<bool>) {
 /// an out-of-band edit to a field the routers own is put back within seconds. A kind whose CRD
 /// is installed after start-up is not watched until a restart.
 async fn watch_router_objects(
-    rollout_controller: Controller<Rollout>,
+    rollout_controller: Controller<PackedRollout>,
     client: &Client,
     namespace: Option<&str>,
     claims: &Arc<Claims>,
-) -> Controller<Rollout> {
+) -> Controller<PackedRollout> {
     use kube::ResourceExt;
     use kube::api::DynamicObject;
 
@@ -837,7 +839,11 @@ async fn watch_router_objects(
         let claims = claims.clone();
         let mapper = move |object: Decoded<DynamicObject>| {
             let object_namespace = object.namespace().unwrap_or_default();
-            claims.naming(kind.kind, &object_namespace, &object.name_any())
+            claims
+                .naming(kind.kind, &object_namespace, &object.name_any())
+                .iter()
+                .map(packed::packed_ref)
+                .collect::<Vec<_>>()
         };
         tracing::info!(kind = kind.kind, "watching router objects");
         let api: Api<Decoded<DynamicObject>> = match namespace {

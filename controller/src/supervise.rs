@@ -174,8 +174,6 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-    use rollouts_crds::rollout::Rollout;
-
     use crate::health::Leadership;
     use crate::metrics::Metrics;
 
@@ -188,7 +186,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_reconcile_is_an_error_for_its_object_and_is_counted() {
-        let metrics = Metrics::new(kube::runtime::reflector::store::<Rollout>().0);
+        let metrics =
+            Metrics::new(kube::runtime::reflector::store::<crate::packed::PackedRollout>().0);
         let panics = &metrics.reconcile_panics;
         let outcome = contain("analysisrun", "shop", "bad", panics, async {
             tokio::task::yield_now().await;

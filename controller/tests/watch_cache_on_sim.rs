@@ -57,7 +57,7 @@ async fn a_reconcile_before_the_watch_shows_our_create_does_not_create_again() {
     caches.analysis_runs.apply(&watcher::Event::InitDone);
     caches.experiments.apply(&watcher::Event::Init);
     caches.experiments.apply(&watcher::Event::InitDone);
-    let (rollout_store, _writer) = reflector::store::<Rollout>();
+    let (rollout_store, _writer) = reflector::store::<rollouts_controller::packed::PackedRollout>();
     let ctx = Arc::new(Context::new(
         client.clone(),
         Arc::new(Metrics::new(rollout_store)),
