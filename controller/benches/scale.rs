@@ -12,6 +12,13 @@
 //!   ROLLOUTS_BENCH_SEED=1           seed of the realistic profile's pod readiness (default 1)
 //!   ROLLOUTS_BENCH_QPS, ROLLOUTS_BENCH_BURST  the controller's --qps and --burst (both or
 //!                                   neither; default: the controller's defaults)
+//!   ROLLOUTS_BENCH_EVENT_LOG=70000  kube-sim's watch event log, in events (default 40 per
+//!                                   Rollout + 10,000; each event holds an object version, so
+//!                                   10,000 realistic Rollouts need a shorter one to fit in memory)
+//!   ROLLOUTS_BENCH_CONTROLLER_WRAPPER=path  a program started instead of the controller, with
+//!                                   the controller's path and arguments; it must `exec` them
+//!                                   (so the pid is the controller's), e.g. a script that sets
+//!                                   LD_PRELOAD for a heap profiler
 //!
 //! Profiles: `easy` is one replica per Rollout, one container with only an image, no Services,
 //! routers or analysis, pods Ready 200 ms after creation. `realistic` is
@@ -92,6 +99,9 @@ fn main() {
         setup: Duration::from_secs(env_number("ROLLOUTS_BENCH_SETUP_SECS", 900) as u64),
         trickle: Duration::from_secs(env_number("ROLLOUTS_BENCH_TRICKLE_SECS", 120) as u64),
         seed: env_number("ROLLOUTS_BENCH_SEED", 1) as u64,
+        event_log: std::env::var("ROLLOUTS_BENCH_EVENT_LOG")
+            .ok()
+            .map(|_| env_number("ROLLOUTS_BENCH_EVENT_LOG", 70_000) as usize),
         client_limit: match (
             std::env::var("ROLLOUTS_BENCH_QPS"),
             std::env::var("ROLLOUTS_BENCH_BURST"),
@@ -309,6 +319,8 @@ struct Settings {
     setup: Duration,
     trickle: Duration,
     seed: u64,
+    /// kube-sim's event log for the run at rest; 40 per Rollout + 10,000 when unset.
+    event_log: Option<usize>,
     /// `--qps` and `--burst` for the controller; its defaults when unset.
     client_limit: Option<(String, String)>,
 }
@@ -323,7 +335,8 @@ struct Target {
 /// Figures 2 to 6: N Rollouts from cold start to rest, image changes one at a time, releases
 /// trickling, and a controller restart.
 async fn at_rest(profile: Profile, n: usize, settings: &Settings) {
-    let cluster = Cluster::start("rest", 40 * n + 10_000, profile, settings.seed);
+    let event_log = settings.event_log.unwrap_or(40 * n + 10_000);
+    let cluster = Cluster::start("rest", event_log, profile, settings.seed);
     // Kept for the whole run: the analysis template's provider.
     let prometheus = match profile {
         Profile::Easy => None,
@@ -405,7 +418,10 @@ async fn at_rest(profile: Profile, n: usize, settings: &Settings) {
             cold.healthy
         );
     }
-    println!("objects in kube-sim: {}", cluster.sim.object_count());
+    println!(
+        "objects in kube-sim: {} (watch event log: {event_log} events)",
+        cluster.sim.object_count()
+    );
     println!("idle window: {window:.1} s");
     println!(
         "  controller writes: {} (target 0){}",
@@ -1043,7 +1059,15 @@ impl ControllerProcess {
         let health = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free loopback port");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_rollouts-controller"));
+        let binary = env!("CARGO_BIN_EXE_rollouts-controller");
+        let mut command = match std::env::var_os("ROLLOUTS_BENCH_CONTROLLER_WRAPPER") {
+            Some(wrapper) => {
+                let mut command = Command::new(wrapper);
+                command.arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         command
             .arg("--kubeconfig")
             .arg(kubeconfig)
