@@ -288,8 +288,9 @@ async fn bench(
         100.0 * cpu / window
     );
     println!(
-        "  controller memory: VmRSS {} MB once finished, {} MB after the window, peak VmHWM {} MB",
-        rss_finished.rss_mb, rss_rest.rss_mb, rss_rest.hwm_mb
+        "  controller memory: VmRSS {} MB once finished, {} MB after the window (RssAnon {} MB, \
+         RssFile {} MB: the binary's code), peak VmHWM {} MB",
+        rss_finished.rss_mb, rss_rest.rss_mb, rss_rest.anon_mb, rss_rest.file_mb, rss_rest.hwm_mb
     );
     println!("  objects in kube-sim: {}", sim.object_count());
 }

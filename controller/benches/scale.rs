@@ -101,7 +101,7 @@ fn main() {
         seed: env_number("ROLLOUTS_BENCH_SEED", 1) as u64,
         event_log: std::env::var("ROLLOUTS_BENCH_EVENT_LOG")
             .ok()
-            .map(|_| env_number("ROLLOUTS_BENCH_EVENT_LOG", 70_000) as usize),
+            .map(|_| env_number("ROLLOUTS_BENCH_EVENT_LOG", 70_000)),
         client_limit: match (
             std::env::var("ROLLOUTS_BENCH_QPS"),
             std::env::var("ROLLOUTS_BENCH_BURST"),
@@ -446,11 +446,15 @@ async fn at_rest(profile: Profile, n: usize, settings: &Settings) {
     );
     println!(
         "  controller memory: VmRSS {} MB once Healthy, {} MB after the window ({:.1} KB per \
-         Rollout; target < 30 KB), peak VmHWM {} MB",
+         Rollout; target < 30 KB), peak VmHWM {} MB; after the window RssAnon {} MB ({:.1} KB \
+         per Rollout), RssFile {} MB (the binary's code)",
         rss_healthy.rss_mb,
         rss_idle.rss_mb,
         rss_idle.rss_mb as f64 * 1024.0 / n as f64,
-        rss_idle.hwm_mb
+        rss_idle.hwm_mb,
+        rss_idle.anon_mb,
+        rss_idle.anon_mb as f64 * 1024.0 / n as f64,
+        rss_idle.file_mb
     );
     println!(
         "  kube-sim + benchmark process: CPU {own_cpu:.2} s ({:.2}% of one core), VmRSS {} MB",

@@ -1,9 +1,12 @@
 //! Process measurements both benchmarks print: resident memory and CPU time from /proc.
 
-/// Resident memory of a process, in MB (VmRSS now, VmHWM the peak).
+/// Resident memory of a process, in MB (VmRSS now, VmHWM the peak; VmRSS is RssAnon, the
+/// heap and stacks, plus RssFile, mostly the binary's own code, the same at any scale).
 pub struct Memory {
     pub rss_mb: u64,
     pub hwm_mb: u64,
+    pub anon_mb: u64,
+    pub file_mb: u64,
 }
 
 pub fn memory(pid: u32) -> Memory {
@@ -19,6 +22,8 @@ pub fn memory(pid: u32) -> Memory {
     Memory {
         rss_mb: field("VmRSS:"),
         hwm_mb: field("VmHWM:"),
+        anon_mb: field("RssAnon:"),
+        file_mb: field("RssFile:"),
     }
 }
 
