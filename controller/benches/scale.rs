@@ -627,6 +627,8 @@ async fn wait_healthy(cluster: &Cluster, n: usize, limit: Duration, started: Ins
     let all: Api<Rollout> = Api::all(cluster.client.clone());
     let mut changes = watcher(all, watcher::Config::default()).boxed();
     let mut healthy_now: HashSet<String> = HashSet::new();
+    // The latest state of each Rollout not Healthy, to say why if the wait ends short.
+    let mut pending: HashMap<String, Rollout> = HashMap::new();
     let mut last_report = Instant::now();
     let deadline = tokio::time::Instant::now() + limit;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -653,17 +655,17 @@ async fn wait_healthy(cluster: &Cluster, n: usize, limit: Duration, started: Ins
             watcher::Event::Apply(r) | watcher::Event::InitApply(r) => {
                 let key = format!("{}/{}", r.namespace().unwrap_or_default(), r.name_any());
                 if rollout_healthy(&r) {
+                    pending.remove(&key);
                     healthy_now.insert(key);
                 } else {
                     healthy_now.remove(&key);
+                    pending.insert(key, r);
                 }
             }
             watcher::Event::Delete(r) => {
-                healthy_now.remove(&format!(
-                    "{}/{}",
-                    r.namespace().unwrap_or_default(),
-                    r.name_any()
-                ));
+                let key = format!("{}/{}", r.namespace().unwrap_or_default(), r.name_any());
+                healthy_now.remove(&key);
+                pending.remove(&key);
             }
             watcher::Event::Init | watcher::Event::InitDone => {}
         }
@@ -676,6 +678,16 @@ async fn wait_healthy(cluster: &Cluster, n: usize, limit: Duration, started: Ins
             last_report = Instant::now();
         }
     }
+    if healthy_now.len() < n {
+        let mut keys: Vec<&String> = pending.keys().collect();
+        keys.sort();
+        for key in keys.into_iter().take(10) {
+            eprintln!(
+                "scale bench: not Healthy: {key}: {}",
+                why_not_healthy(&pending[key])
+            );
+        }
+    }
     // The first tick fires at once, before any request: it is not a second of load.
     let counted = per_second.get(1..).unwrap_or_default();
     Healthy {
@@ -685,6 +697,39 @@ async fn wait_healthy(cluster: &Cluster, n: usize, limit: Duration, started: Ins
         mean_rps: counted.iter().sum::<usize>() as f64 / counted.len().max(1) as f64,
         seconds: counted.len(),
     }
+}
+
+/// What a Rollout's status says, for one that is not Healthy: phase, message, step, revision
+/// hashes, replica counts and its conditions.
+fn why_not_healthy(rollout: &Rollout) -> String {
+    let Some(status) = rollout.status.as_ref() else {
+        return "no status".to_string();
+    };
+    let conditions: Vec<String> = status
+        .conditions
+        .iter()
+        .map(|c| format!("{}={} ({}: {})", c.type_, c.status, c.reason, c.message))
+        .collect();
+    format!(
+        "phase {:?}, message {:?}, step {:?}, abort {}, pauses {}, current {:?}, stable {:?}, \
+         replicas {} updated {} ready {} available {} of {}, generation {:?} observed {:?}, \
+         conditions [{}]",
+        status.phase,
+        status.message,
+        status.current_step_index,
+        status.abort,
+        status.pause_conditions.len(),
+        status.current_pod_hash,
+        status.stable_rs,
+        status.replicas,
+        status.updated_replicas,
+        status.ready_replicas,
+        status.available_replicas,
+        rollout.spec.replicas.unwrap_or(1),
+        rollout.metadata.generation,
+        status.observed_generation,
+        conditions.join("; ")
+    )
 }
 
 /// Healthy on its current revision with every pod of the spec available.
