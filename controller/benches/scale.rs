@@ -679,14 +679,7 @@ async fn wait_healthy(cluster: &Cluster, n: usize, limit: Duration, started: Ins
         }
     }
     if healthy_now.len() < n {
-        let mut keys: Vec<&String> = pending.keys().collect();
-        keys.sort();
-        for key in keys.into_iter().take(10) {
-            eprintln!(
-                "scale bench: not Healthy: {key}: {}",
-                why_not_healthy(&pending[key])
-            );
-        }
+        report_not_healthy(cluster, n, healthy_now.len(), &pending).await;
     }
     // The first tick fires at once, before any request: it is not a second of load.
     let counted = per_second.get(1..).unwrap_or_default();
@@ -696,6 +689,45 @@ async fn wait_healthy(cluster: &Cluster, n: usize, limit: Duration, started: Ins
         peak_rps: counted.iter().copied().max().unwrap_or(0),
         mean_rps: counted.iter().sum::<usize>() as f64 / counted.len().max(1) as f64,
         seconds: counted.len(),
+    }
+}
+
+/// Says why a wait ended short: how many Rollouts the watch never showed, and for up to ten
+/// of those it last showed not Healthy, their status as read again now, so a change the watch
+/// missed shows as a newer resourceVersion.
+async fn report_not_healthy(
+    cluster: &Cluster,
+    n: usize,
+    healthy: usize,
+    pending: &HashMap<String, Rollout>,
+) {
+    let unseen = n.saturating_sub(healthy + pending.len());
+    if unseen > 0 {
+        eprintln!("scale bench: {unseen} Rollouts never seen through the watch");
+    }
+    let mut keys: Vec<&String> = pending.keys().collect();
+    keys.sort();
+    for key in keys.into_iter().take(10) {
+        let watched = &pending[key];
+        let api: Api<Rollout> = Api::namespaced(
+            cluster.client.clone(),
+            &watched.namespace().unwrap_or_default(),
+        );
+        let now = match api.get(&watched.name_any()).await {
+            Ok(now) => now,
+            Err(error) => {
+                eprintln!("scale bench: not Healthy: {key}: cannot read it again: {error}");
+                continue;
+            }
+        };
+        eprintln!(
+            "scale bench: not Healthy: {key} (resourceVersion {:?} watched, {:?} now; Healthy \
+             now: {}): {}",
+            watched.resource_version(),
+            now.resource_version(),
+            rollout_healthy(&now),
+            why_not_healthy(&now)
+        );
     }
 }
 
