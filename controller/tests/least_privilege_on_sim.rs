@@ -1437,18 +1437,22 @@ async fn experiment(cluster: &Cluster, namespace: &str) {
 
 /// A canary whose only step is an experiment: the step creates its Experiment, a new revision
 /// terminates the running one, and with `successfulRunHistoryLimit: 0` both are deleted once
-/// the update completes.
+/// the update completes. The first Experiment runs for an hour, so it is still running when the
+/// next revision comes however slow the machine; that revision's step lasts 2 s.
 async fn experiment_step(cluster: &Cluster, namespace: &str) {
     let name = "lab";
-    let spec = json!({
-        "analysis": {"successfulRunHistoryLimit": 0},
-        "strategy": {"canary": {"steps": [{"experiment": {
-            "duration": "2s",
+    let steps = |duration: &str| {
+        json!([{"experiment": {
+            "duration": duration,
             "templates": [
                 {"name": "baseline", "specRef": "stable", "replicas": 1},
                 {"name": "canary", "specRef": "canary", "replicas": 1}
             ]
-        }}]}}
+        }}])
+    };
+    let spec = json!({
+        "analysis": {"successfulRunHistoryLimit": 0},
+        "strategy": {"canary": {"steps": steps("1h")}}
     });
     cluster
         .create("rollouts", rollout(namespace, name, 1, spec))
@@ -1467,7 +1471,21 @@ async fn experiment_step(cluster: &Cluster, namespace: &str) {
             (!current.is_empty()).then_some(current)
         })
         .await;
-    let v3 = cluster.update(namespace, name, "app:v3", &v2).await;
+    let next = json!({"spec": {
+        "template": {"spec": {"containers": [{"name": "app", "image": "app:v3"}]}},
+        "strategy": {"canary": {"steps": steps("2s")}}
+    }});
+    cluster
+        .rollouts(namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&next))
+        .await
+        .expect("changes the image and the step's duration");
+    let v3 = cluster
+        .eventually(&format!("{namespace}/{name} on app:v3"), || async {
+            let hash = cluster.status(namespace, name).await.current_pod_hash;
+            (hash != v2 && !hash.is_empty()).then_some(hash)
+        })
+        .await;
     cluster
         .eventually("the old revision's Experiment terminated", || async {
             let experiment = experiments.get_opt(&first).await.expect("reads")?;
